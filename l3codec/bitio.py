@@ -1,0 +1,92 @@
+"""LSB-first bit reading and writing over uint8 buffers, shared by both modes.
+
+Reads never leave the buffer: bytes past its end read as zero, so a corrupt
+stream can decode garbage (caught by the checksum or the row-length check) but
+can never read out of bounds.
+"""
+
+import numpy as np
+
+from .jit import device
+
+# Writer state: an int64 array [byte position, accumulator, bits in accumulator, byte limit].
+W_POS = 0
+W_ACC = 1
+W_NACC = 2
+W_LIMIT = 3
+WRITER_STATE_SIZE = 4
+
+
+@device
+def load56(buf, byte_pos):
+    """Seven little-endian bytes starting at byte_pos, as a non-negative int64."""
+    size = buf.shape[0]
+    value = np.int64(0)
+    if byte_pos + 7 <= size:
+        for i in range(7):
+            value |= np.int64(buf[byte_pos + i]) << (8 * i)
+    else:
+        for i in range(7):
+            if byte_pos + i < size:
+                value |= np.int64(buf[byte_pos + i]) << (8 * i)
+    return value
+
+
+@device
+def peek_bits(buf, bit_pos):
+    """At least 49 bits starting at bit_pos (LSB first)."""
+    return load56(buf, bit_pos >> 3) >> (bit_pos & 7)
+
+
+@device
+def read_bits(buf, bit_pos, count):
+    """count (0..32) bits at bit_pos as an integer."""
+    return peek_bits(buf, bit_pos) & ((np.int64(1) << count) - 1)
+
+
+@device
+def writer_init(state, byte_pos, byte_limit):
+    state[W_POS] = byte_pos
+    state[W_ACC] = 0
+    state[W_NACC] = 0
+    state[W_LIMIT] = byte_limit
+
+
+@device
+def put_bits(out, state, value, count):
+    """Append count (0..32) bits; bytes past the limit are dropped and show as overflow."""
+    acc = state[W_ACC] | (np.int64(value) << state[W_NACC])
+    nacc = state[W_NACC] + count
+    pos = state[W_POS]
+    limit = state[W_LIMIT]
+    while nacc >= 8:
+        if pos < limit:
+            out[pos] = acc & 255
+        pos += 1
+        acc >>= 8
+        nacc -= 8
+    state[W_POS] = pos
+    state[W_ACC] = acc
+    state[W_NACC] = nacc
+
+
+@device
+def writer_bit_position(state):
+    return state[W_POS] * 8 + state[W_NACC]
+
+
+@device
+def writer_flush(out, state):
+    """Pad to a byte boundary; returns the end byte position (past the limit on overflow)."""
+    if state[W_NACC] > 0:
+        put_bits(out, state, 0, 8 - state[W_NACC])
+    return state[W_POS]
+
+
+@device
+def bit_length(value):
+    n = 0
+    while value > 0:
+        n += 1
+        value >>= 1
+    return n

@@ -1,0 +1,342 @@
+"""`compact` mode: MED prediction, adaptive Golomb-Rice with gradient contexts, run mode.
+
+Every row of a 32-row tile-channel is its own bitstream with its own adaptive state,
+reset at the row start from values the encoder stores in the stream header. So a
+row needs only the row above (N, NW) and its own left neighbour (W): a GPU warp
+decodes a tile as a wavefront, lane r at pixel (r, c) on step r + c.
+
+The decoder is a per-sample step function over a small int64 state array, so the
+CPU row loop and the GPU wavefront lane run the very same code.
+"""
+
+import numpy as np
+
+from .bitio import peek_bits, put_bits, read_bits
+from .jit import device
+
+REGULAR_CONTEXTS = 4
+INTERRUPT_CONTEXT = 4  # the sample that ends a run has its own adaptive state
+CONTEXTS = 5
+GRADIENT_THRESHOLDS = (2, 6, 20)  # for 8-bit samples, scaled by 2**(bits-8)
+UNARY_LIMIT = 24  # a quotient this large is an escape: the mapped residual follows raw
+RESET_COUNT = 64  # halve the adaptive sums every 64 samples
+MAX_K = 15  # initial k is stored in a nibble
+RUN_INDEX_MAX = 31
+# JPEG-LS run-length order table (ITU-T T.87, A.7.1.2)
+RUN_ORDER = np.array(
+    [0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7, 8, 9, 10, 11, 12, 13, 14, 15],
+    dtype=np.int64,
+)
+
+# Stream header of a coded compact stream, after the kind byte.
+HEADER_BYTES = 6  # kind, run index, 5 initial k nibbles in 3 bytes, row-length bit width
+MAX_LENGTH_TABLE_BYTES = (32 * 31 + 7) // 8
+MAX_PREFIX_BYTES = HEADER_BYTES + MAX_LENGTH_TABLE_BYTES
+
+# Decoder state: an int64 array.
+S_POS = 0  # bit position in the file
+S_RUN_LEFT = 1  # samples still to emit from the current run
+S_RUN_VALUE = 2
+S_INTERRUPT = 3  # the sample after the run is an interruption sample
+S_RUN_INDEX = 4
+S_A = 5  # adaptive sums of mapped residuals, one per context
+S_N = S_A + CONTEXTS  # adaptive counts, one per context
+STATE_SIZE = S_N + CONTEXTS
+
+
+@device
+def med(w, n, nw):
+    """LOCO-I median edge detector."""
+    if nw >= max(w, n):
+        return min(w, n)
+    if nw <= min(w, n):
+        return max(w, n)
+    return w + n - nw
+
+
+@device
+def neighbours(row, col, left, left2, up, upleft, half):
+    """(W, N, NW) of a tile sample, with the edge rules of docs/FORMAT.md.
+
+    row 0 has no row above: N = W and NW = WW (pixel two to the left);
+    column 0 takes its W and NW from N; the first sample sees all three as half.
+    """
+    if row == 0:
+        if col == 0:
+            return half, half, half
+        if col == 1:
+            return left, left, left
+        return left, left, left2
+    if col == 0:
+        return up, up, up
+    return left, up, upleft
+
+
+@device
+def gradient_context(w, n, nw, bits):
+    g = abs(w - nw) + abs(n - nw)
+    shift = bits - 8
+    if g <= (2 << shift):
+        return 0
+    if g <= (6 << shift):
+        return 1
+    if g <= (20 << shift):
+        return 2
+    return 3
+
+
+@device
+def zigzag(residual, bits):
+    """Wrap residual into the signed range of `bits` and map it to 0, -1, 1, -2, ..."""
+    half = np.int64(1) << (bits - 1)
+    e = ((residual + half) & ((np.int64(1) << bits) - 1)) - half
+    if e >= 0:
+        return 2 * e
+    return -2 * e - 1
+
+
+@device
+def unzigzag(mapped):
+    if mapped & 1:
+        return -((mapped + 1) >> 1)
+    return mapped >> 1
+
+
+@device
+def rice_parameter(a, n, bits):
+    k = 0
+    while k < bits and (n << k) < a:
+        k += 1
+    return k
+
+
+@device
+def adapt(state, ctx, mapped):
+    a = state[S_A + ctx] + mapped
+    n = state[S_N + ctx] + 1
+    if n == RESET_COUNT:
+        a >>= 1
+        n >>= 1
+    state[S_A + ctx] = a
+    state[S_N + ctx] = n
+
+
+@device
+def row_state_init(state, bit_pos, k_nibbles, run_index):
+    state[S_POS] = bit_pos
+    state[S_RUN_LEFT] = 0
+    state[S_RUN_VALUE] = 0
+    state[S_INTERRUPT] = 0
+    state[S_RUN_INDEX] = run_index
+    for ctx in range(CONTEXTS):
+        state[S_A + ctx] = np.int64(1) << ((k_nibbles >> (4 * ctx)) & 15)
+        state[S_N + ctx] = 1
+
+
+@device
+def decode_mapped(buf, state, ctx, bits):
+    """One Golomb-Rice (or escaped) mapped residual, then adapt the context."""
+    k = rice_parameter(state[S_A + ctx], state[S_N + ctx], bits)
+    pos = state[S_POS]
+    window = peek_bits(buf, pos)
+    q = 0
+    while q < UNARY_LIMIT and ((window >> q) & 1) == 0:
+        q += 1
+    if q < UNARY_LIMIT:
+        pos += q + 1
+        mapped = (np.int64(q) << k) | read_bits(buf, pos, k)
+        pos += k
+    else:
+        pos += UNARY_LIMIT
+        mapped = read_bits(buf, pos, bits)
+        pos += bits
+    state[S_POS] = pos
+    adapt(state, ctx, mapped)
+    return mapped
+
+
+@device
+def decode_run_length(buf, state, remaining):
+    """Length of a run starting at this sample; `remaining` samples are left in the row."""
+    run = 0
+    while True:
+        pos = state[S_POS]
+        index = state[S_RUN_INDEX]
+        chunk = np.int64(1) << RUN_ORDER[index]
+        if read_bits(buf, pos, 1):
+            state[S_POS] = pos + 1
+            if chunk >= remaining - run:
+                if chunk == remaining - run and index < RUN_INDEX_MAX:
+                    state[S_RUN_INDEX] = index + 1
+                return remaining
+            run += chunk
+            if index < RUN_INDEX_MAX:
+                state[S_RUN_INDEX] = index + 1
+        else:
+            run += read_bits(buf, pos + 1, RUN_ORDER[index])
+            state[S_POS] = pos + 1 + RUN_ORDER[index]
+            if run > remaining - 1:
+                run = remaining - 1  # only a corrupt stream gets here
+            if index > 0:
+                state[S_RUN_INDEX] = index - 1
+            state[S_INTERRUPT] = 1
+            return run
+
+
+@device
+def decode_interruption(buf, state, w, n, bits):
+    """The sample that ends a run: predicted from N, or from W when N == W (then it cannot equal W)."""
+    mapped = decode_mapped(buf, state, INTERRUPT_CONTEXT, bits)
+    if n == w:
+        mapped += 1
+    return (n + unzigzag(mapped)) & ((np.int64(1) << bits) - 1)
+
+
+@device
+def decode_sample(buf, state, w, n, nw, remaining, bits):
+    """Decode the next sample of a row, given its neighbours and the samples left in the row."""
+    if state[S_RUN_LEFT] > 0:
+        state[S_RUN_LEFT] -= 1
+        return state[S_RUN_VALUE]
+    if state[S_INTERRUPT]:
+        state[S_INTERRUPT] = 0
+        return decode_interruption(buf, state, w, n, bits)
+    if w == n and n == nw:
+        run = decode_run_length(buf, state, remaining)
+        if run > 0:
+            state[S_RUN_VALUE] = w
+            state[S_RUN_LEFT] = run - 1
+            return w
+        state[S_INTERRUPT] = 0
+        return decode_interruption(buf, state, w, n, bits)
+    ctx = gradient_context(w, n, nw, bits)
+    mapped = decode_mapped(buf, state, ctx, bits)
+    return (med(w, n, nw) + unzigzag(mapped)) & ((np.int64(1) << bits) - 1)
+
+
+# ---------------------------------------------------------------- encoder (CPU only)
+
+
+@device
+def encode_mapped(out, writer, state, ctx, mapped, bits, stats):
+    """Write one mapped residual with the context's current k; stats[ctx] and stats[CONTEXTS+ctx]
+    collect sum and count for the encoder's choice of initial k."""
+    k = rice_parameter(state[S_A + ctx], state[S_N + ctx], bits)
+    q = mapped >> k
+    if q < UNARY_LIMIT:
+        put_bits(out, writer, np.int64(1) << q, q + 1)
+        put_bits(out, writer, mapped & ((np.int64(1) << k) - 1), k)
+    else:
+        put_bits(out, writer, 0, UNARY_LIMIT)
+        put_bits(out, writer, mapped, bits)
+    adapt(state, ctx, mapped)
+    stats[ctx] += mapped
+    stats[CONTEXTS + ctx] += 1
+
+
+@device
+def encode_run_length(out, writer, state, run, end_of_row):
+    index = state[S_RUN_INDEX]
+    while run >= (np.int64(1) << RUN_ORDER[index]):
+        put_bits(out, writer, 1, 1)
+        run -= np.int64(1) << RUN_ORDER[index]
+        if index < RUN_INDEX_MAX:
+            index += 1
+    if end_of_row:
+        if run > 0:
+            put_bits(out, writer, 1, 1)
+    else:
+        put_bits(out, writer, 0, 1)
+        put_bits(out, writer, run, RUN_ORDER[index])
+        if index > 0:
+            index -= 1
+    state[S_RUN_INDEX] = index
+
+
+@device
+def run_length_cost(run, end_of_row, index):
+    """Bits encode_run_length would write, and the run index after; for choosing the initial index."""
+    cost = 0
+    while run >= (np.int64(1) << RUN_ORDER[index]):
+        cost += 1
+        run -= np.int64(1) << RUN_ORDER[index]
+        if index < RUN_INDEX_MAX:
+            index += 1
+    if end_of_row:
+        if run > 0:
+            cost += 1
+    else:
+        cost += 1 + RUN_ORDER[index]
+        if index > 0:
+            index -= 1
+    return cost, index
+
+
+@device
+def encode_compact_row(tile, row, width, bits, out, writer, state, stats, runs, run_count):
+    """Encode one row of a tile plane (2-D view). Runs are logged as 2*length+end_of_row
+    into runs[run_count:], and the new run_count is returned."""
+    half = np.int64(1) << (bits - 1)
+    col = 0
+    while col < width:
+        left = np.int64(tile[row, col - 1]) if col > 0 else half
+        left2 = np.int64(tile[row, col - 2]) if col > 1 else half
+        up = np.int64(tile[row - 1, col]) if row > 0 else half
+        upleft = np.int64(tile[row - 1, col - 1]) if row > 0 and col > 0 else half
+        w, n, nw = neighbours(row, col, left, left2, up, upleft, half)
+        x = np.int64(tile[row, col])
+        if w == n and n == nw:
+            run = 0
+            while col + run < width and tile[row, col + run] == w:
+                run += 1
+            end_of_row = col + run == width
+            encode_run_length(out, writer, state, run, end_of_row)
+            runs[run_count] = 2 * run + (1 if end_of_row else 0)
+            run_count += 1
+            col += run
+            if end_of_row:
+                break
+            # interruption sample: W is the run value, N the sample above it
+            x = np.int64(tile[row, col])
+            up = np.int64(tile[row - 1, col]) if row > 0 else half
+            upleft = np.int64(tile[row - 1, col - 1]) if row > 0 and col > 0 else half
+            w, n, nw = neighbours(row, col, w, w, up, upleft, half)
+            mapped = zigzag(x - n, bits)
+            if n == w:
+                mapped -= 1
+            encode_mapped(out, writer, state, INTERRUPT_CONTEXT, mapped, bits, stats)
+        else:
+            ctx = gradient_context(w, n, nw, bits)
+            encode_mapped(out, writer, state, ctx, zigzag(x - med(w, n, nw), bits), bits, stats)
+        col += 1
+    return run_count
+
+
+@device
+def best_run_index(runs, row_run_starts, rows):
+    """The initial run index that codes this tile's runs in the fewest bits."""
+    best_index = 0
+    best_cost = -1
+    for start_index in range(RUN_INDEX_MAX + 1):
+        cost = 0
+        for row in range(rows):
+            index = start_index
+            for i in range(row_run_starts[row], row_run_starts[row + 1]):
+                bits_used, index = run_length_cost(runs[i] >> 1, runs[i] & 1, index)
+                cost += bits_used
+        if best_cost < 0 or cost < best_cost:
+            best_cost = cost
+            best_index = start_index
+    return best_index
+
+
+@device
+def initial_k_nibbles(stats, bits):
+    nibbles = 0
+    for ctx in range(CONTEXTS):
+        k = 0
+        if stats[CONTEXTS + ctx] > 0:
+            k = min(rice_parameter(stats[ctx], stats[CONTEXTS + ctx], bits), MAX_K)
+        nibbles |= k << (4 * ctx)
+    return nibbles
+

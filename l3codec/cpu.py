@@ -1,0 +1,360 @@
+"""Numba CPU drivers: colour transform, per-stream encode and decode, parallel over streams.
+
+The per-sample and per-row logic lives in the mode modules; here it is compiled
+with ``numba.njit(inline="always")`` and driven over tiles with ``prange``.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from . import bitio, colour, compact, fast
+from . import format as fmt
+from .jit import compile_device_functions
+
+_dev = compile_device_functions([bitio, colour, compact, fast], numba.njit(inline="always"))
+read_bits = _dev.read_bits
+writer_init = _dev.writer_init
+writer_flush = _dev.writer_flush
+put_bits = _dev.put_bits
+bit_length = _dev.bit_length
+subtract_green = _dev.subtract_green
+add_green = _dev.add_green
+neighbours = _dev.neighbours
+row_state_init = _dev.row_state_init
+decode_sample = _dev.decode_sample
+encode_compact_row = _dev.encode_compact_row
+best_run_index = _dev.best_run_index
+initial_k_nibbles = _dev.initial_k_nibbles
+decode_fast_row = _dev.decode_fast_row
+encode_fast_row = _dev.encode_fast_row
+width_field_bits = _dev.width_field_bits
+groups_per_row = _dev.groups_per_row
+
+KIND_CONSTANT = fmt.KIND_CONSTANT
+KIND_CODED = fmt.KIND_CODED
+KIND_RAW = fmt.KIND_RAW
+MODE_COMPACT = fmt.MODE_COMPACT
+STATUS_OK = fmt.STATUS_OK
+STATUS_BAD_KIND = fmt.STATUS_BAD_KIND
+STATUS_BAD_SIZE = fmt.STATUS_BAD_SIZE
+STATUS_BAD_HEADER = fmt.STATUS_BAD_HEADER
+STATUS_CORRUPT = fmt.STATUS_CORRUPT
+COMPACT_HEADER_BYTES = compact.HEADER_BYTES
+COMPACT_MAX_PREFIX = compact.MAX_PREFIX_BYTES
+RUN_INDEX_MAX = compact.RUN_INDEX_MAX
+CONTEXTS = compact.CONTEXTS
+STATE_SIZE = compact.STATE_SIZE
+S_POS = compact.S_POS
+WRITER_STATE_SIZE = bitio.WRITER_STATE_SIZE
+
+_njit = numba.njit(cache=True, nogil=True)
+_njit_parallel = numba.njit(cache=True, nogil=True, parallel=True)
+
+
+def stream_slot_bytes(tile_width, tile_height, bits):
+    """Scratch bytes one stream may use while encoding: the raw fallback plus the largest prefix."""
+    return COMPACT_MAX_PREFIX + 1 + (bits // 8) * tile_width * tile_height + 8
+
+
+# ---------------------------------------------------------------- colour and layout
+
+
+@_njit_parallel
+def image_to_planes(image, planes, transform, bits):
+    """HWC image -> CHW planes, applying the forward colour transform."""
+    height, width, channels = image.shape
+    for y in numba.prange(height):
+        for x in range(width):
+            if transform == 1:
+                r, g, b = subtract_green(np.int64(image[y, x, 0]), np.int64(image[y, x, 1]),
+                                         np.int64(image[y, x, 2]), bits)
+                planes[0, y, x] = r
+                planes[1, y, x] = g
+                planes[2, y, x] = b
+                if channels == 4:
+                    planes[3, y, x] = image[y, x, 3]
+            else:
+                for c in range(channels):
+                    planes[c, y, x] = image[y, x, c]
+
+
+@_njit_parallel
+def planes_to_image(planes, origin_y, origin_x, out, transform, bits):
+    """CHW planes (covering the region from origin) -> HWC out, undoing the colour transform."""
+    height, width, channels = out.shape
+    for y in numba.prange(height):
+        for x in range(width):
+            py = y + origin_y
+            px = x + origin_x
+            if transform == 1:
+                r, g, b = add_green(np.int64(planes[0, py, px]), np.int64(planes[1, py, px]),
+                                    np.int64(planes[2, py, px]), bits)
+                out[y, x, 0] = r
+                out[y, x, 1] = g
+                out[y, x, 2] = b
+                if channels == 4:
+                    out[y, x, 3] = planes[3, py, px]
+            else:
+                for c in range(channels):
+                    out[y, x, c] = planes[c, py, px]
+
+
+# ---------------------------------------------------------------- stream encoders
+
+
+@_njit
+def _constant_value(tile):
+    first = tile[0, 0]
+    for row in range(tile.shape[0]):
+        for col in range(tile.shape[1]):
+            if tile[row, col] != first:
+                return -1
+    return np.int64(first)
+
+
+@_njit
+def _write_samples(out, pos, value, bytes_per_sample):
+    out[pos] = value & 255
+    if bytes_per_sample == 2:
+        out[pos + 1] = (value >> 8) & 255
+
+
+@_njit
+def _encode_constant_or_raw(tile, bits, out, start, constant):
+    """Write a KIND_CONSTANT stream if constant >= 0, else KIND_RAW; return its size."""
+    bytes_per_sample = bits // 8
+    if constant >= 0:
+        out[start] = KIND_CONSTANT
+        _write_samples(out, start + 1, constant, bytes_per_sample)
+        return 1 + bytes_per_sample
+    out[start] = KIND_RAW
+    pos = start + 1
+    for row in range(tile.shape[0]):
+        for col in range(tile.shape[1]):
+            _write_samples(out, pos, np.int64(tile[row, col]), bytes_per_sample)
+            pos += bytes_per_sample
+    return pos - start
+
+
+@_njit
+def encode_compact_stream(tile, bits, out, start):
+    """Encode one tile-channel in compact mode at out[start:]; returns the stream size."""
+    height, width = tile.shape
+    raw_size = 1 + (bits // 8) * height * width
+    constant = _constant_value(tile)
+    if constant >= 0:
+        return _encode_constant_or_raw(tile, bits, out, start, constant)
+    state = np.empty(STATE_SIZE, np.int64)
+    writer = np.empty(WRITER_STATE_SIZE, np.int64)
+    stats = np.zeros(2 * CONTEXTS, np.int64)
+    runs = np.empty(height * width + 1, np.int64)
+    row_run_starts = np.zeros(height + 1, np.int64)
+    # Pass 1 only measures: a writer with limit 0 drops every byte.
+    writer_init(writer, 0, 0)
+    run_count = 0
+    default_k = 0x22222
+    for row in range(height):
+        row_state_init(state, 0, default_k, 0)
+        run_count = encode_compact_row(tile, row, width, bits, out, writer, state, stats, runs, run_count)
+        row_run_starts[row + 1] = run_count
+    k_nibbles = initial_k_nibbles(stats, bits)
+    run_index = best_run_index(runs, row_run_starts, height)
+    # Pass 2 writes the rows after room for the largest prefix, then moves them down.
+    data_start = start + COMPACT_MAX_PREFIX
+    limit = start + COMPACT_MAX_PREFIX + raw_size
+    writer_init(writer, data_start, limit)
+    row_ends = np.empty(height + 1, np.int64)
+    row_ends[0] = data_start * 8
+    longest = 0
+    for row in range(height):
+        row_state_init(state, 0, k_nibbles, run_index)
+        encode_compact_row(tile, row, width, bits, out, writer, state, stats, runs, 0)
+        row_ends[row + 1] = writer[0] * 8 + writer[2]
+        longest = max(longest, row_ends[row + 1] - row_ends[row])
+        if writer[0] >= limit:
+            return _encode_constant_or_raw(tile, bits, out, start, -1)
+    data_end = writer_flush(out, writer)
+    length_bits = bit_length(longest)
+    prefix = COMPACT_HEADER_BYTES + (height * length_bits + 7) // 8
+    size = prefix + data_end - data_start
+    if data_end > limit or size >= raw_size:
+        return _encode_constant_or_raw(tile, bits, out, start, -1)
+    for i in range(data_end - data_start):
+        out[start + prefix + i] = out[data_start + i]
+    out[start] = KIND_CODED
+    out[start + 1] = run_index
+    out[start + 2] = k_nibbles & 255
+    out[start + 3] = (k_nibbles >> 8) & 255
+    out[start + 4] = (k_nibbles >> 16) & 255
+    out[start + 5] = length_bits
+    writer_init(writer, start + COMPACT_HEADER_BYTES, start + prefix)
+    for row in range(height):
+        put_bits(out, writer, row_ends[row + 1] - row_ends[row], length_bits)
+    writer_flush(out, writer)
+    return size
+
+
+@_njit
+def encode_fast_stream(tile, bits, out, start):
+    """Encode one tile-channel in fast mode at out[start:]; returns the stream size."""
+    height, width = tile.shape
+    raw_size = 1 + (bits // 8) * height * width
+    constant = _constant_value(tile)
+    if constant >= 0:
+        return _encode_constant_or_raw(tile, bits, out, start, constant)
+    field_bytes = (height * groups_per_row(width) * width_field_bits(bits) + 7) // 8
+    data_start = start + 1 + field_bytes
+    limit = start + raw_size
+    fields = np.empty(WRITER_STATE_SIZE, np.int64)
+    writer = np.empty(WRITER_STATE_SIZE, np.int64)
+    writer_init(fields, start + 1, data_start)
+    writer_init(writer, data_start, limit)
+    mapped = np.empty(width, np.int64)
+    for row in range(height):
+        encode_fast_row(tile, row, width, bits, out, writer, fields, mapped)
+        if writer[0] >= limit:
+            return _encode_constant_or_raw(tile, bits, out, start, -1)
+    writer_flush(out, fields)
+    data_end = writer_flush(out, writer)
+    if data_end >= limit:
+        return _encode_constant_or_raw(tile, bits, out, start, -1)
+    out[start] = KIND_CODED
+    return data_end - start
+
+
+@_njit_parallel
+def encode_streams(planes, mode, tile_width, tile_height, bits, out, slot_bytes, sizes):
+    channels, height, width = planes.shape
+    tiles_x = (width + tile_width - 1) // tile_width
+    for stream in numba.prange(sizes.shape[0]):
+        tile_index = stream // channels
+        channel = stream % channels
+        y0 = (tile_index // tiles_x) * tile_height
+        x0 = (tile_index % tiles_x) * tile_width
+        tile = planes[channel, y0:min(y0 + tile_height, height), x0:min(x0 + tile_width, width)]
+        start = stream * slot_bytes
+        if mode == MODE_COMPACT:
+            sizes[stream] = encode_compact_stream(tile, bits, out, start)
+        else:
+            sizes[stream] = encode_fast_stream(tile, bits, out, start)
+
+
+@_njit
+def gather_streams(out, slot_bytes, sizes, payload):
+    pos = 0
+    for stream in range(sizes.shape[0]):
+        start = stream * slot_bytes
+        payload[pos:pos + sizes[stream]] = out[start:start + sizes[stream]]
+        pos += sizes[stream]
+
+
+# ---------------------------------------------------------------- stream decoders
+
+
+@_njit
+def _decode_constant_or_raw(buf, start, end, tile, bits, kind):
+    height, width = tile.shape
+    bytes_per_sample = bits // 8
+    if kind == KIND_CONSTANT:
+        if end - start != 1 + bytes_per_sample:
+            return STATUS_BAD_SIZE
+        value = np.int64(buf[start + 1])
+        if bytes_per_sample == 2:
+            value |= np.int64(buf[start + 2]) << 8
+        tile[:, :] = value
+        return STATUS_OK
+    if end - start != 1 + bytes_per_sample * height * width:
+        return STATUS_BAD_SIZE
+    pos = start + 1
+    for row in range(height):
+        for col in range(width):
+            value = np.int64(buf[pos])
+            if bytes_per_sample == 2:
+                value |= np.int64(buf[pos + 1]) << 8
+            tile[row, col] = value
+            pos += bytes_per_sample
+    return STATUS_OK
+
+
+@_njit
+def decode_compact_stream(buf, start, end, tile, bits):
+    height, width = tile.shape
+    kind = buf[start]
+    if kind != KIND_CODED:
+        return _decode_constant_or_raw(buf, start, end, tile, bits, kind)
+    if end - start < COMPACT_HEADER_BYTES:
+        return STATUS_BAD_SIZE
+    run_index = np.int64(buf[start + 1])
+    k_nibbles = np.int64(buf[start + 2]) | (np.int64(buf[start + 3]) << 8) | (np.int64(buf[start + 4]) << 16)
+    length_bits = np.int64(buf[start + 5])
+    if run_index > RUN_INDEX_MAX or length_bits > 31 or k_nibbles >> 20 != 0:
+        return STATUS_BAD_HEADER
+    table_pos = (start + COMPACT_HEADER_BYTES) * 8
+    pos = (start + COMPACT_HEADER_BYTES + (height * length_bits + 7) // 8) * 8
+    if pos > end * 8:
+        return STATUS_BAD_SIZE
+    half = np.int64(1) << (bits - 1)
+    state = np.empty(STATE_SIZE, np.int64)
+    for row in range(height):
+        row_end = pos + read_bits(buf, table_pos + row * length_bits, length_bits)
+        if row_end > end * 8:
+            return STATUS_BAD_SIZE
+        row_state_init(state, pos, k_nibbles, run_index)
+        for col in range(width):
+            left = np.int64(tile[row, col - 1]) if col > 0 else half
+            left2 = np.int64(tile[row, col - 2]) if col > 1 else half
+            up = np.int64(tile[row - 1, col]) if row > 0 else half
+            upleft = np.int64(tile[row - 1, col - 1]) if row > 0 and col > 0 else half
+            w, n, nw = neighbours(row, col, left, left2, up, upleft, half)
+            tile[row, col] = decode_sample(buf, state, w, n, nw, width - col, bits)
+        if state[S_POS] != row_end:
+            return STATUS_CORRUPT
+        pos = row_end
+    if (pos + 7) // 8 != end:
+        return STATUS_BAD_SIZE
+    return STATUS_OK
+
+
+@_njit
+def decode_fast_stream(buf, start, end, tile, bits):
+    height, width = tile.shape
+    kind = buf[start]
+    if kind != KIND_CODED:
+        return _decode_constant_or_raw(buf, start, end, tile, bits, kind)
+    row_fields = groups_per_row(width) * width_field_bits(bits)
+    data_pos = (start + 1 + (height * row_fields + 7) // 8) * 8
+    if data_pos > end * 8:
+        return STATUS_BAD_SIZE
+    for row in range(height):
+        data_pos = decode_fast_row(buf, (start + 1) * 8 + row * row_fields, data_pos, tile, row, width, bits)
+        if data_pos < 0:
+            return STATUS_BAD_HEADER
+        if data_pos > end * 8:
+            return STATUS_BAD_SIZE
+    if (data_pos + 7) // 8 != end:
+        return STATUS_BAD_SIZE
+    return STATUS_OK
+
+
+@_njit_parallel
+def decode_streams(buf, starts, ends, stream_ids, planes, origin_y, origin_x,
+                   tiles_x, tile_width, tile_height, height, width, mode, bits, status):
+    """Decode the listed streams into planes, whose pixel (0, 0) is image pixel (origin_y, origin_x)."""
+    channels = planes.shape[0]
+    for i in numba.prange(stream_ids.shape[0]):
+        stream = stream_ids[i]
+        tile_index = stream // channels
+        channel = stream % channels
+        y0 = (tile_index // tiles_x) * tile_height
+        x0 = (tile_index % tiles_x) * tile_width
+        y1 = min(y0 + tile_height, height)
+        x1 = min(x0 + tile_width, width)
+        tile = planes[channel, y0 - origin_y:y1 - origin_y, x0 - origin_x:x1 - origin_x]
+        if buf[starts[stream]] > KIND_RAW:
+            status[i] = STATUS_BAD_KIND
+        elif mode == MODE_COMPACT:
+            status[i] = decode_compact_stream(buf, starts[stream], ends[stream], tile, bits)
+        else:
+            status[i] = decode_fast_stream(buf, starts[stream], ends[stream], tile, bits)

@@ -1,0 +1,89 @@
+"""`fast` mode: row-parallel prediction and group bit-packing.
+
+Row 0 of a tile is delta-coded along the row. Every later row is predicted from
+the row above only, in two phases, so all samples of a row decode in parallel:
+even columns from N; odd columns as MED((L+R)/2, N, (NW+NE)/2), where L and R are
+the even neighbours just decoded. Mapped residuals are packed in groups of 16
+samples, each group at its own bit width; a sample's bit offset follows from the
+group widths alone.
+"""
+
+import numpy as np
+
+from .bitio import bit_length, put_bits, read_bits
+from .compact import med, unzigzag, zigzag
+from .jit import device
+
+GROUP_SIZE = 16
+
+
+@device
+def width_field_bits(bits):
+    """Bits of one group-width field: widths run 0..bits."""
+    return 4 if bits == 8 else 5
+
+
+@device
+def groups_per_row(width):
+    return (width + GROUP_SIZE - 1) // GROUP_SIZE
+
+
+@device
+def predict_odd(left, right, up, upleft, upright):
+    return med((left + right) >> 1, up, (upleft + upright) >> 1)
+
+
+@device
+def predict(tile, row, col, width, bits):
+    """Prediction of tile[row, col]: needs row-1 and, for odd columns, the even samples of row."""
+    if row == 0:
+        if col == 0:
+            return np.int64(1) << (bits - 1)
+        return np.int64(tile[row, col - 1])
+    up = np.int64(tile[row - 1, col])
+    if col % 2 == 0:
+        return up
+    left = np.int64(tile[row, col - 1])
+    upleft = np.int64(tile[row - 1, col - 1])
+    if col + 1 < width:
+        return predict_odd(left, np.int64(tile[row, col + 1]), up, upleft, np.int64(tile[row - 1, col + 1]))
+    return predict_odd(left, left, up, upleft, upleft)
+
+
+@device
+def decode_fast_row(buf, field_pos, data_pos, tile, row, width, bits):
+    """Decode one row in place; returns the data bit position after it, or -1 for a bad width."""
+    mask = (np.int64(1) << bits) - 1
+    field_bits = width_field_bits(bits)
+    for group in range(groups_per_row(width)):
+        group_bits = read_bits(buf, field_pos + group * field_bits, field_bits)
+        if group_bits > bits:
+            return -1
+        for col in range(group * GROUP_SIZE, min(width, (group + 1) * GROUP_SIZE)):
+            tile[row, col] = read_bits(buf, data_pos, group_bits)
+            data_pos += group_bits
+    if row == 0:
+        for col in range(width):
+            tile[row, col] = (predict(tile, row, col, width, bits) + unzigzag(np.int64(tile[row, col]))) & mask
+        return data_pos
+    for col in range(0, width, 2):
+        tile[row, col] = (predict(tile, row, col, width, bits) + unzigzag(np.int64(tile[row, col]))) & mask
+    for col in range(1, width, 2):
+        tile[row, col] = (predict(tile, row, col, width, bits) + unzigzag(np.int64(tile[row, col]))) & mask
+    return data_pos
+
+
+@device
+def encode_fast_row(tile, row, width, bits, out, writer, field_writer, mapped):
+    """Write row's group widths (at field_writer) and packed residuals (at writer)."""
+    for col in range(width):
+        mapped[col] = zigzag(np.int64(tile[row, col]) - predict(tile, row, col, width, bits), bits)
+    for group in range(groups_per_row(width)):
+        first = group * GROUP_SIZE
+        last = min(width, first + GROUP_SIZE)
+        widest = 0
+        for col in range(first, last):
+            widest = max(widest, bit_length(mapped[col]))
+        put_bits(out, field_writer, widest, width_field_bits(bits))
+        for col in range(first, last):
+            put_bits(out, writer, mapped[col], widest)

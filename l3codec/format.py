@@ -1,0 +1,268 @@
+"""The L3 on-disk layout, defined once: dtypes, constants, limits, parsing, validation.
+
+A file is ``header | stream table | payload`` (docs/FORMAT.md has the byte diagrams).
+This module never imports numba, cupy or torch: the GPU batch preparation validates
+with exactly the same code as the CPU decoder.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+
+MAGIC = b"L3IM"
+VERSION = 1
+
+MODE_COMPACT = 0
+MODE_FAST = 1
+MODE_NAMES = {MODE_COMPACT: "compact", MODE_FAST: "fast"}
+MODES = {name: value for value, name in MODE_NAMES.items()}
+
+TRANSFORM_NONE = 0
+TRANSFORM_SUBTRACT_GREEN = 1
+TRANSFORM_NAMES = {TRANSFORM_NONE: "none", TRANSFORM_SUBTRACT_GREEN: "subtract-green"}
+
+# First byte of every stream (one stream per tile and channel).
+KIND_CONSTANT = 0
+KIND_CODED = 1
+KIND_RAW = 2
+
+COMPACT_TILE_HEIGHT = 32  # one warp lane per row
+TILE_WIDTH_STEP = 16  # tile widths are multiples of the fast-mode group size
+MIN_TILE_WIDTH = 16
+MAX_TILE_WIDTH = 4096
+FAST_MIN_TILE_HEIGHT = 8
+FAST_MAX_TILE_HEIGHT = 256
+FAST_TILE_HEIGHT_STEP = 8
+DEFAULT_TILE_WIDTH = {MODE_COMPACT: 512, MODE_FAST: 256}
+DEFAULT_TILE_HEIGHT = {MODE_COMPACT: COMPACT_TILE_HEIGHT, MODE_FAST: 64}
+
+MAX_DIM = 1 << 18
+MAX_PIXELS = 1 << 28  # keeps every offset of the largest legal image inside uint32
+
+HEADER_DTYPE = np.dtype(
+    [
+        ("magic", "S4"),
+        ("version", "<u2"),
+        ("header_size", "<u2"),
+        ("width", "<u4"),
+        ("height", "<u4"),
+        ("channels", "u1"),
+        ("bits", "u1"),
+        ("mode", "u1"),
+        ("transform", "u1"),
+        ("tile_width", "<u2"),
+        ("tile_height", "<u2"),
+        ("stream_count", "<u4"),
+        ("payload_size", "<u4"),
+        ("payload_crc", "<u4"),
+        ("reserved", "<u4"),
+        ("header_crc", "<u4"),
+    ]
+)
+assert HEADER_DTYPE.itemsize == 44
+HEADER_SIZE = HEADER_DTYPE.itemsize
+HEADER_CRC_OFFSET = HEADER_DTYPE.fields["header_crc"][1]
+
+# The stream table holds the end offset of each stream, relative to the payload start.
+STREAM_END_DTYPE = np.dtype("<u4")
+assert STREAM_END_DTYPE.itemsize == 4
+
+# Largest stream the encoder writes before it falls back to KIND_RAW: kind byte + raw samples.
+RAW_STREAM_OVERHEAD = 1
+
+
+class L3Error(ValueError):
+    """Raised for any malformed, corrupt or unsupported L3 data or argument."""
+
+
+@dataclass(frozen=True)
+class Info:
+    """What a header says, after validation."""
+
+    width: int
+    height: int
+    channels: int
+    bits: int
+    mode: str
+    transform: str
+    tile_width: int
+    tile_height: int
+    tiles_x: int
+    tiles_y: int
+    file_size: int
+    version: int = VERSION
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(np.uint8 if self.bits == 8 else np.uint16)
+
+    @property
+    def shape(self) -> tuple:
+        if self.channels == 1:
+            return (self.height, self.width)
+        return (self.height, self.width, self.channels)
+
+
+@dataclass(frozen=True)
+class Parsed:
+    """A validated file: its info, stream boundaries and payload, ready for a decoder."""
+
+    info: Info
+    header: np.void
+    stream_starts: np.ndarray  # int64, absolute byte offsets into the file
+    stream_ends: np.ndarray  # int64, absolute byte offsets into the file
+    payload_offset: int
+
+
+def tile_grid(width: int, height: int, tile_width: int, tile_height: int) -> tuple:
+    return (-(-width // tile_width), -(-height // tile_height))
+
+
+def as_bytes_view(data) -> np.ndarray:
+    """A read-only uint8 view of bytes, bytearray, memoryview or a contiguous numpy buffer."""
+    if isinstance(data, np.ndarray):
+        if not data.flags.c_contiguous:
+            raise L3Error("L3 data must be a contiguous buffer")
+        return data.reshape(-1).view(np.uint8)
+    try:
+        return np.frombuffer(data, dtype=np.uint8)
+    except TypeError as exc:
+        raise L3Error(f"L3 data must be bytes-like, not {type(data).__name__}") from exc
+
+
+def check_geometry(width, height, channels, bits, mode, tile_width, tile_height) -> None:
+    """Raise L3Error unless these image and tile parameters are legal."""
+    if not (1 <= width <= MAX_DIM and 1 <= height <= MAX_DIM):
+        raise L3Error(f"image size {width}x{height} outside 1..{MAX_DIM}")
+    if width * height > MAX_PIXELS:
+        raise L3Error(f"image of {width * height} pixels exceeds MAX_PIXELS={MAX_PIXELS}")
+    if not 1 <= channels <= 4:
+        raise L3Error(f"channels must be 1..4, got {channels}")
+    if bits not in (8, 16):
+        raise L3Error(f"bits per sample must be 8 or 16, got {bits}")
+    if mode not in MODE_NAMES:
+        raise L3Error(f"unknown mode {mode}")
+    if not (MIN_TILE_WIDTH <= tile_width <= MAX_TILE_WIDTH and tile_width % TILE_WIDTH_STEP == 0):
+        raise L3Error(
+            f"tile width {tile_width} must be a multiple of {TILE_WIDTH_STEP} "
+            f"in {MIN_TILE_WIDTH}..{MAX_TILE_WIDTH}"
+        )
+    if mode == MODE_COMPACT:
+        if tile_height != COMPACT_TILE_HEIGHT:
+            raise L3Error(f"compact tiles are {COMPACT_TILE_HEIGHT} rows tall, got {tile_height}")
+    elif not (
+        FAST_MIN_TILE_HEIGHT <= tile_height <= FAST_MAX_TILE_HEIGHT
+        and tile_height % FAST_TILE_HEIGHT_STEP == 0
+    ):
+        raise L3Error(
+            f"fast tile height {tile_height} must be a multiple of {FAST_TILE_HEIGHT_STEP} "
+            f"in {FAST_MIN_TILE_HEIGHT}..{FAST_MAX_TILE_HEIGHT}"
+        )
+
+
+def header_crc(header_bytes: np.ndarray, table_bytes: np.ndarray) -> int:
+    crc = zlib.crc32(header_bytes[:HEADER_CRC_OFFSET].tobytes())
+    return zlib.crc32(table_bytes.tobytes(), crc)
+
+
+def parse(data, *, verify: bool = True) -> Parsed:
+    """Validate header, stream table and (with verify) the payload checksum.
+
+    Everything a decoder later trusts is checked here, before any allocation
+    proportional to the image: sizes, limits, table monotonicity and checksums.
+    """
+    buf = as_bytes_view(data)
+    if buf.size < HEADER_SIZE:
+        raise L3Error(f"truncated: {buf.size} bytes is shorter than the {HEADER_SIZE}-byte header")
+    header = buf[:HEADER_SIZE].view(HEADER_DTYPE)[0]
+    if header["magic"] != MAGIC:
+        raise L3Error(f"not an L3 image: magic {bytes(header['magic'])!r}")
+    if header["version"] != VERSION:
+        raise L3Error(f"unsupported L3 version {header['version']} (this decoder reads {VERSION})")
+    if header["header_size"] != HEADER_SIZE:
+        raise L3Error(f"header size {header['header_size']} != {HEADER_SIZE}")
+    width, height = int(header["width"]), int(header["height"])
+    channels, bits = int(header["channels"]), int(header["bits"])
+    mode, transform = int(header["mode"]), int(header["transform"])
+    tile_width, tile_height = int(header["tile_width"]), int(header["tile_height"])
+    check_geometry(width, height, channels, bits, mode, tile_width, tile_height)
+    if transform not in TRANSFORM_NAMES:
+        raise L3Error(f"unknown colour transform {transform}")
+    if transform == TRANSFORM_SUBTRACT_GREEN and channels < 3:
+        raise L3Error("subtract-green needs 3 or 4 channels")
+    if header["reserved"] != 0:
+        raise L3Error("reserved header field is not zero")
+    tiles_x, tiles_y = tile_grid(width, height, tile_width, tile_height)
+    stream_count = tiles_x * tiles_y * channels
+    if header["stream_count"] != stream_count:
+        raise L3Error(f"stream count {header['stream_count']} != {stream_count} for this geometry")
+    payload_offset = HEADER_SIZE + stream_count * STREAM_END_DTYPE.itemsize
+    payload_size = int(header["payload_size"])
+    if buf.size < payload_offset:
+        raise L3Error(f"truncated: {buf.size} bytes, the stream table ends at {payload_offset}")
+    table_bytes = buf[HEADER_SIZE:payload_offset]
+    if header_crc(buf[:HEADER_SIZE], table_bytes) != header["header_crc"]:
+        raise L3Error("header checksum mismatch: header or stream table is corrupt")
+    if buf.size != payload_offset + payload_size:
+        what = "truncated" if buf.size < payload_offset + payload_size else "trailing bytes"
+        raise L3Error(f"{what}: file is {buf.size} bytes, header says {payload_offset + payload_size}")
+    ends = table_bytes.view(STREAM_END_DTYPE).astype(np.int64)
+    starts = np.empty_like(ends)
+    starts[0] = 0
+    starts[1:] = ends[:-1]
+    if np.any(ends - starts < 1) or ends[-1] != payload_size:
+        raise L3Error("stream table is not increasing or does not end at the payload size")
+    if verify and zlib.crc32(buf[payload_offset:]) != header["payload_crc"]:
+        raise L3Error("payload checksum mismatch: the image data is corrupt")
+    info = Info(
+        width=width,
+        height=height,
+        channels=channels,
+        bits=bits,
+        mode=MODE_NAMES[mode],
+        transform=TRANSFORM_NAMES[transform],
+        tile_width=tile_width,
+        tile_height=tile_height,
+        tiles_x=tiles_x,
+        tiles_y=tiles_y,
+        file_size=int(buf.size),
+    )
+    return Parsed(info, header, starts + payload_offset, ends + payload_offset, payload_offset)
+
+
+def pack(
+    *, width, height, channels, bits, mode, transform, tile_width, tile_height, stream_ends, payload
+) -> bytes:
+    """Assemble header, stream table and payload into one file."""
+    header = np.zeros((), HEADER_DTYPE)
+    header["magic"] = MAGIC
+    header["version"] = VERSION
+    header["header_size"] = HEADER_SIZE
+    header["width"], header["height"] = width, height
+    header["channels"], header["bits"] = channels, bits
+    header["mode"], header["transform"] = mode, transform
+    header["tile_width"], header["tile_height"] = tile_width, tile_height
+    header["stream_count"] = len(stream_ends)
+    header["payload_size"] = len(payload)
+    header["payload_crc"] = zlib.crc32(payload)
+    table = np.ascontiguousarray(stream_ends, dtype=STREAM_END_DTYPE)
+    header_bytes = np.frombuffer(header.tobytes(), np.uint8)
+    header["header_crc"] = header_crc(header_bytes, table.view(np.uint8))
+    return header.tobytes() + table.tobytes() + bytes(payload)
+
+
+# Per-stream decode status, reported by the CPU and GPU decoders alike.
+STATUS_OK = 0
+STATUS_BAD_KIND = 1
+STATUS_BAD_SIZE = 2
+STATUS_BAD_HEADER = 3
+STATUS_CORRUPT = 4
+STATUS_MESSAGES = {
+    STATUS_BAD_KIND: "unknown stream kind",
+    STATUS_BAD_SIZE: "stream size does not match its contents",
+    STATUS_BAD_HEADER: "stream header out of range",
+    STATUS_CORRUPT: "bitstream does not decode to its recorded row lengths",
+}
