@@ -1,0 +1,118 @@
+"""Pillow plugin for L3 images: ``import l3codec.pil`` registers it.
+
+After the import, ``Image.open("x.l3")`` reads L3 files and ``image.save("x.l3")``
+writes them. Save options are passed to :func:`l3codec.encode`::
+
+    image.save("x.l3", mode="fast", tile_width=256)  # also tile_height, transform
+
+Pillow modes map to L3 images as follows (both ways):
+
+    "L" <-> 1 channel uint8     "I;16" <-> 1 channel uint16    "LA" <-> 2 channels uint8
+    "RGB" <-> 3 channels uint8  "RGBA" <-> 4 channels uint8
+
+Opening reads only the header; pixels are decoded (and checksums verified) on
+``load()``, so a truncated or corrupt file raises :class:`l3codec.L3Error` (a
+``ValueError``) there. Pillow has no mode for 16-bit images with 2-4 channels:
+opening one raises :class:`l3codec.L3Error` right away; read those with
+:func:`l3codec.imread` instead.
+
+Saving converts only when the conversion is exact: "1" is written as "L" (0/255),
+"P" as "RGB" ("RGBA" when it has transparency), "PA" as "RGBA", "I;16L"/"I;16B" as
+"I;16", and "I" as "I;16" when all values fit in 0..65535. Any other mode ("CMYK",
+"YCbCr", "F", ...) raises ``OSError``: convert it yourself first.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from PIL import Image, ImageFile
+
+from . import format as fmt
+from .codec import decode, encode
+from .format import L3Error
+
+FORMAT = "L3"
+MIME = "image/x-l3"
+ENCODE_OPTIONS = ("mode", "tile_width", "tile_height", "transform")
+
+# (channels, bits) -> Pillow mode
+_MODES = {(1, 8): "L", (1, 16): "I;16", (2, 8): "LA", (3, 8): "RGB", (4, 8): "RGBA"}
+
+
+def _accept(prefix: bytes) -> bool:
+    return prefix[:4] == fmt.MAGIC
+
+
+class L3ImageFile(ImageFile.ImageFile):
+    format = FORMAT
+    format_description = "L3 lossless image"
+
+    def _open(self) -> None:
+        header_bytes = self.fp.read(fmt.HEADER_SIZE)
+        if len(header_bytes) < fmt.HEADER_SIZE:
+            raise L3Error(f"truncated: {len(header_bytes)} bytes is shorter than the header")
+        header = np.frombuffer(header_bytes, fmt.HEADER_DTYPE)[0]
+        if header["magic"] != fmt.MAGIC:
+            raise SyntaxError("not an L3 image")
+        if header["version"] != fmt.VERSION:
+            raise L3Error(f"unsupported L3 version {header['version']}")
+        width, height = int(header["width"]), int(header["height"])
+        channels, bits = int(header["channels"]), int(header["bits"])
+        fmt.check_geometry(
+            width, height, channels, bits, int(header["mode"]),
+            int(header["tile_width"]), int(header["tile_height"]),
+        )
+        if (channels, bits) not in _MODES:
+            raise L3Error(
+                f"Pillow has no mode for {bits}-bit images with {channels} channels; "
+                "use l3codec.imread instead"
+            )
+        self._size = (width, height)
+        self._mode = _MODES[channels, bits]
+        self.info["l3_mode"] = fmt.MODE_NAMES[int(header["mode"])]
+        self.tile = [ImageFile._Tile(FORMAT, (0, 0, width, height), 0, None)]
+
+
+class L3Decoder(ImageFile.PyDecoder):
+    """Reads the whole file from the tile offset and decodes it with l3codec.decode."""
+
+    _pulls_fd = True
+
+    def decode(self, buffer):
+        assert self.fd is not None
+        pixels = decode(self.fd.read())
+        if pixels.dtype == np.uint16:
+            pixels = pixels.astype("<u2", copy=False)
+        self.set_as_raw(pixels.tobytes())
+        return -1, 0
+
+
+def _as_array(im: Image.Image) -> np.ndarray:
+    """The pixels of im as an array l3codec can encode, converting only when exact."""
+    mode = im.mode
+    if mode == "1":
+        im = im.convert("L")
+    elif mode == "P":
+        im = im.convert("RGBA" if "transparency" in im.info else "RGB")
+    elif mode == "PA":
+        im = im.convert("RGBA")
+    elif mode in ("I;16L", "I;16B", "I"):
+        pixels = np.asarray(im)
+        if mode == "I" and pixels.size and (pixels.min() < 0 or pixels.max() > 0xFFFF):
+            raise OSError("cannot write mode I as L3: values outside 0..65535")
+        return pixels.astype(np.uint16)
+    elif mode not in _MODES.values():
+        raise OSError(f"cannot write mode {mode} as L3; convert to one of {sorted(_MODES.values())}")
+    return np.asarray(im)
+
+
+def _save(im: Image.Image, fp, filename) -> None:
+    options = {key: im.encoderinfo[key] for key in ENCODE_OPTIONS if key in im.encoderinfo}
+    fp.write(encode(_as_array(im), **options))
+
+
+Image.register_open(FORMAT, L3ImageFile, _accept)
+Image.register_decoder(FORMAT, L3Decoder)
+Image.register_save(FORMAT, _save)
+Image.register_extension(FORMAT, ".l3")
+Image.register_mime(FORMAT, MIME)

@@ -1,0 +1,42 @@
+"""Regenerate the golden files after a deliberate format change (and bump VERSION).
+
+    python tests/golden/make_golden.py
+
+Each case writes NAME.l3 and NAME.npy (the expected pixels).
+"""
+
+import pathlib
+import sys
+
+import numpy as np
+
+HERE = pathlib.Path(__file__).parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE.parent.parent))
+
+import l3codec  # noqa: E402
+from images import make_image  # noqa: E402
+
+# name: (kind, height, width, channels, dtype, encode options)
+CASES = {
+    "gray8_compact": ("smooth_noise", 37, 45, 1, np.uint8, {"mode": "compact", "tile_width": 32}),
+    "rgb8_compact": ("smooth_noise", 40, 70, 3, np.uint8, {"mode": "compact", "tile_width": 48}),
+    "rgba8_fast": ("gradient", 33, 20, 4, np.uint8, {"mode": "fast", "tile_width": 16, "tile_height": 8}),
+    "rgb16_fast": ("smooth_noise", 19, 50, 3, np.uint16, {"mode": "fast", "tile_width": 32, "tile_height": 16}),
+    "labels8_compact": ("labels", 64, 80, 1, np.uint8, {"mode": "compact", "tile_width": 64}),
+    "labels16_compact": ("labels", 35, 33, 1, np.uint16, {"mode": "compact", "tile_width": 16}),
+    "la8_compact_noise": ("noise", 9, 17, 2, np.uint8, {"mode": "compact", "tile_width": 16}),
+    "one_pixel_fast": ("extremes", 1, 1, 3, np.uint16, {"mode": "fast"}),
+}
+
+
+def main():
+    for name, (kind, height, width, channels, dtype, options) in CASES.items():
+        image = make_image(kind, height, width, channels, dtype, seed=7)
+        (HERE / f"{name}.l3").write_bytes(l3codec.encode(image, **options))
+        np.save(HERE / f"{name}.npy", image)
+        print(name, image.shape, image.dtype, options)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,36 @@
+"""Small synthetic test images: deterministic, made here, no files needed."""
+
+import numpy as np
+
+KINDS = ("noise", "gradient", "constant", "labels", "extremes", "smooth_noise")
+
+
+def make_image(kind: str, height: int, width: int, channels: int, dtype, seed: int = 0) -> np.ndarray:
+    """An HWC image (HW when channels == 1) of the given kind."""
+    rng = np.random.default_rng(seed)
+    top = np.iinfo(dtype).max
+    shape = (height, width, channels)
+    if kind == "noise":
+        image = rng.integers(0, top, shape, endpoint=True)
+    elif kind == "gradient":
+        yy, xx = np.mgrid[0:height, 0:width]
+        base = (yy * 7 + xx * 3)[:, :, None] * (np.arange(channels) + 1)
+        image = base % (top + 1)
+    elif kind == "constant":
+        image = np.full(shape, rng.integers(0, top, endpoint=True))
+    elif kind == "labels":
+        # blocky regions of a few ids, like a segmentation map
+        ids = rng.integers(0, top, 6, endpoint=True)
+        cells = rng.integers(0, 6, (height // 5 + 1, width // 7 + 1, channels))
+        image = ids[np.repeat(np.repeat(cells, 5, axis=0), 7, axis=1)[:height, :width]]
+    elif kind == "extremes":
+        image = rng.choice(np.array([0, 1, top - 1, top]), shape)
+    elif kind == "smooth_noise":
+        yy, xx = np.mgrid[0:height, 0:width]
+        base = (np.sin(yy / 5.0) + np.cos(xx / 7.0) + 2) * top / 4.5
+        image = base[:, :, None] + rng.normal(0, top / 100.0, shape)
+        image = np.clip(image, 0, top)
+    else:
+        raise ValueError(kind)
+    image = image.astype(dtype)
+    return image[:, :, 0] if channels == 1 else image

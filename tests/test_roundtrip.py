@@ -1,0 +1,152 @@
+"""Round trips over shape, channels, dtype, mode, tile geometry and content."""
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import l3codec
+from images import KINDS, make_image
+
+
+@st.composite
+def cases(draw):
+    mode = draw(st.sampled_from(["compact", "fast"]))
+    height = draw(st.integers(1, 80))
+    width = draw(st.integers(1, 90))
+    channels = draw(st.integers(1, 4))
+    dtype = draw(st.sampled_from([np.uint8, np.uint16]))
+    kind = draw(st.sampled_from(KINDS))
+    tile_width = draw(st.sampled_from([16, 32, 48, 512]))
+    tile_height = 32 if mode == "compact" else draw(st.sampled_from([8, 16, 64]))
+    seed = draw(st.integers(0, 2**16))
+    return mode, make_image(kind, height, width, channels, dtype, seed), tile_width, tile_height
+
+
+@given(cases())
+def test_round_trip(case):
+    mode, image, tile_width, tile_height = case
+    data = l3codec.encode(image, mode=mode, tile_width=tile_width, tile_height=tile_height)
+    decoded = l3codec.decode(data)
+    assert decoded.dtype == image.dtype and decoded.shape == image.shape
+    np.testing.assert_array_equal(decoded, image)
+    info = l3codec.info(data)
+    assert (info.mode, info.shape, info.dtype) == (mode, image.shape, image.dtype)
+
+
+@given(cases(), st.data())
+def test_region_matches_full_decode(case, data):
+    mode, image, tile_width, tile_height = case
+    encoded = l3codec.encode(image, mode=mode, tile_width=tile_width, tile_height=tile_height)
+    height, width = image.shape[:2]
+    y = data.draw(st.integers(0, height - 1))
+    x = data.draw(st.integers(0, width - 1))
+    h = data.draw(st.integers(1, height - y))
+    w = data.draw(st.integers(1, width - x))
+    np.testing.assert_array_equal(l3codec.decode(encoded, region=(y, x, h, w)), image[y:y + h, x:x + w])
+
+
+@pytest.mark.parametrize("transform", ["none", "subtract-green"])
+def test_transform_choice_round_trips(transform):
+    image = make_image("smooth_noise", 40, 50, 3, np.uint8, seed=3)
+    data = l3codec.encode(image, transform=transform)
+    assert l3codec.info(data).transform == transform
+    np.testing.assert_array_equal(l3codec.decode(data), image)
+
+
+def test_region_decodes_only_intersecting_tiles():
+    """A corrupt stream outside the region must not matter to a region decode."""
+    image = make_image("smooth_noise", 64, 64, 1, np.uint8, seed=1)
+    data = bytearray(l3codec.encode(image, tile_width=32))
+    parsed = l3codec.format.parse(data)
+    last = int(parsed.stream_starts[-1])  # the bottom-right tile's stream
+    data[last] = 0xEE  # an invalid stream kind
+    region = (0, 0, 32, 32)
+    np.testing.assert_array_equal(l3codec.decode(bytes(data), region=region, verify=False), image[:32, :32])
+    with pytest.raises(l3codec.L3Error, match="tile 3"):
+        l3codec.decode(bytes(data), verify=False)
+
+
+def test_out_argument_receives_pixels():
+    image = make_image("gradient", 21, 35, 3, np.uint16)
+    out = np.zeros_like(image)
+    result = l3codec.decode(l3codec.encode(image), out=out)
+    assert result is out
+    np.testing.assert_array_equal(out, image)
+    with pytest.raises(l3codec.L3Error, match="out must be"):
+        l3codec.decode(l3codec.encode(image), out=np.zeros((21, 35, 3), np.uint8))
+
+
+def test_non_contiguous_input_is_encoded_by_value():
+    image = make_image("noise", 40, 40, 3, np.uint8)[::2, ::-1]
+    np.testing.assert_array_equal(l3codec.decode(l3codec.encode(image)), image)
+
+
+def test_incompressible_tiles_fall_back_to_raw_within_bound():
+    image = make_image("noise", 100, 100, 3, np.uint8, seed=5)
+    for mode in ("compact", "fast"):
+        data = l3codec.encode(image, mode=mode)
+        info = l3codec.info(data)
+        streams = info.tiles_x * info.tiles_y * info.channels
+        assert len(data) <= image.nbytes + 44 + 5 * streams
+        np.testing.assert_array_equal(l3codec.decode(data), image)
+
+
+def test_flat_content_costs_far_below_one_bit_per_pixel():
+    blocks = make_image("labels", 4, 4, 1, np.uint8, seed=2)
+    image = np.repeat(np.repeat(blocks, 64, axis=0), 64, axis=1)
+    data = l3codec.encode(image)
+    assert len(data) * 8 < 0.25 * image.size
+    np.testing.assert_array_equal(l3codec.decode(data), image)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"mode": "best"}, "mode"),
+        ({"tile_width": 20}, "tile width"),
+        ({"mode": "compact", "tile_height": 64}, "32 rows"),
+        ({"mode": "fast", "tile_height": 12}, "tile height"),
+        ({"transform": "ycocg"}, "transform"),
+    ],
+)
+def test_bad_encode_options_raise(kwargs, message):
+    with pytest.raises(l3codec.L3Error, match=message):
+        l3codec.encode(np.zeros((8, 8, 3), np.uint8), **kwargs)
+
+
+@pytest.mark.parametrize(
+    "array, message",
+    [
+        (np.zeros((4, 4), np.float32), "dtype"),
+        (np.zeros((4, 4, 5), np.uint8), "channels"),
+        (np.zeros((0, 4), np.uint8), "size"),
+        (np.zeros((2, 2, 2, 2), np.uint8), "HW or HWC"),
+    ],
+)
+def test_bad_arrays_raise(array, message):
+    with pytest.raises(l3codec.L3Error, match=message):
+        l3codec.encode(array)
+
+
+def test_subtract_green_needs_colour():
+    with pytest.raises(l3codec.L3Error, match="3 or 4 channels"):
+        l3codec.encode(np.zeros((4, 4), np.uint8), transform="subtract-green")
+
+
+@pytest.mark.parametrize("region", [(0, 0, 0, 1), (-1, 0, 1, 1), (0, 0, 11, 1), (5, 5, 1, 6)])
+def test_bad_region_raises(region):
+    data = l3codec.encode(np.zeros((10, 10), np.uint8))
+    with pytest.raises(l3codec.L3Error, match="region"):
+        l3codec.decode(data, region=region)
+
+
+def test_check_and_io(tmp_path):
+    image = make_image("labels", 30, 31, 1, np.uint16)
+    path = tmp_path / "x.l3"
+    l3codec.imwrite(path, image, mode="fast")
+    np.testing.assert_array_equal(l3codec.imread(path), image)
+    data = path.read_bytes()
+    assert l3codec.check(data)
+    assert not l3codec.check(data[:-1])
+    assert not l3codec.check(b"not an image at all, clearly not an image")
