@@ -18,8 +18,9 @@ REGULAR_CONTEXTS = 4
 INTERRUPT_CONTEXT = 4  # the sample that ends a run has its own adaptive state
 CONTEXTS = 5
 GRADIENT_THRESHOLDS = (2, 6, 20)  # for 8-bit samples, scaled by 2**(bits-8)
-UNARY_LIMIT = 24  # a quotient this large is an escape: the mapped residual follows raw
+UNARY_LIMIT = 12  # a quotient this large is an escape: the mapped residual follows raw
 RESET_COUNT = 64  # halve the adaptive sums every 64 samples
+ADAPT_CAP_SHIFT = 4
 MAX_K = 15  # initial k is stored in a nibble
 RUN_INDEX_MAX = 31
 # JPEG-LS run-length order table (ITU-T T.87, A.7.1.2)
@@ -105,14 +106,15 @@ def unzigzag(mapped):
 @device
 def rice_parameter(a, n, bits):
     k = 0
-    while k < bits and (n << k) < a:
+    while k < bits and (n << (k + 1)) < a:
         k += 1
     return k
 
 
 @device
-def adapt(state, ctx, mapped):
-    a = state[S_A + ctx] + mapped
+def adapt(state, ctx, mapped, k):
+    """Update the context's sums; one outlier (an edge in a label map) counts as at most 2**(k+4)."""
+    a = state[S_A + ctx] + min(mapped, np.int64(1) << (k + ADAPT_CAP_SHIFT))
     n = state[S_N + ctx] + 1
     if n == RESET_COUNT:
         a >>= 1
@@ -151,7 +153,7 @@ def decode_mapped(buf, state, ctx, bits):
         mapped = read_bits(buf, pos, bits)
         pos += bits
     state[S_POS] = pos
-    adapt(state, ctx, mapped)
+    adapt(state, ctx, mapped, k)
     return mapped
 
 
@@ -229,7 +231,7 @@ def encode_mapped(out, writer, state, ctx, mapped, bits, stats):
     else:
         put_bits(out, writer, 0, UNARY_LIMIT)
         put_bits(out, writer, mapped, bits)
-    adapt(state, ctx, mapped)
+    adapt(state, ctx, mapped, k)
     stats[ctx] += mapped
     stats[CONTEXTS + ctx] += 1
 

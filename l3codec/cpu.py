@@ -139,6 +139,16 @@ def _encode_constant_or_raw(tile, bits, out, start, constant):
 
 
 @_njit
+def _repeats_row_above(tile, row):
+    if row == 0:
+        return False
+    for col in range(tile.shape[1]):
+        if tile[row, col] != tile[row - 1, col]:
+            return False
+    return True
+
+
+@_njit
 def encode_compact_stream(tile, bits, out, start):
     """Encode one tile-channel in compact mode at out[start:]; returns the stream size."""
     height, width = tile.shape
@@ -156,8 +166,9 @@ def encode_compact_stream(tile, bits, out, start):
     run_count = 0
     default_k = 0x22222
     for row in range(height):
-        row_state_init(state, 0, default_k, 0)
-        run_count = encode_compact_row(tile, row, width, bits, out, writer, state, stats, runs, run_count)
+        if not _repeats_row_above(tile, row):
+            row_state_init(state, 0, default_k, 0)
+            run_count = encode_compact_row(tile, row, width, bits, out, writer, state, stats, runs, run_count)
         row_run_starts[row + 1] = run_count
     k_nibbles = initial_k_nibbles(stats, bits)
     run_index = best_run_index(runs, row_run_starts, height)
@@ -169,8 +180,9 @@ def encode_compact_stream(tile, bits, out, start):
     row_ends[0] = data_start * 8
     longest = 0
     for row in range(height):
-        row_state_init(state, 0, k_nibbles, run_index)
-        encode_compact_row(tile, row, width, bits, out, writer, state, stats, runs, 0)
+        if not _repeats_row_above(tile, row):  # else a zero row length says "copy the row above"
+            row_state_init(state, 0, k_nibbles, run_index)
+            encode_compact_row(tile, row, width, bits, out, writer, state, stats, runs, 0)
         row_ends[row + 1] = writer[0] * 8 + writer[2]
         longest = max(longest, row_ends[row + 1] - row_ends[row])
         if writer[0] >= limit:
@@ -301,6 +313,11 @@ def decode_compact_stream(buf, start, end, tile, bits):
         row_end = pos + read_bits(buf, table_pos + row * length_bits, length_bits)
         if row_end > end * 8:
             return STATUS_BAD_SIZE
+        if row_end == pos:  # a coded row takes at least one bit: zero means "copy the row above"
+            if row == 0:
+                return STATUS_CORRUPT
+            tile[row, :] = tile[row - 1, :]
+            continue
         row_state_init(state, pos, k_nibbles, run_index)
         for col in range(width):
             left = np.int64(tile[row, col - 1]) if col > 0 else half

@@ -102,7 +102,8 @@ def _as_array(im: Image.Image) -> np.ndarray:
             raise OSError("cannot write mode I as L3: values outside 0..65535")
         return pixels.astype(np.uint16)
     elif mode not in _MODES.values():
-        raise OSError(f"cannot write mode {mode} as L3; convert to one of {sorted(_MODES.values())}")
+        supported = ", ".join(_MODES.values())
+        raise OSError(f"cannot write mode {mode} as L3; convert it to one of {supported} first")
     return np.asarray(im)
 
 

@@ -1,0 +1,169 @@
+"""The l3 command-line tool, run in-process through main()."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+from PIL import Image
+
+import l3codec
+from l3codec.cli import main
+
+from images import make_image
+
+H, W = 37, 53
+CASES = [(1, np.uint8), (1, np.uint16), (3, np.uint8), (3, np.uint16), (4, np.uint8), (4, np.uint16)]
+
+
+def write_png(path, rgb):
+    """Write an RGB(A) array as PNG with OpenCV (which wants BGR(A))."""
+    bgr = rgb if rgb.ndim == 2 else rgb[:, :, [2, 1, 0, 3][: rgb.shape[2]]]
+    assert cv2.imwrite(str(path), np.ascontiguousarray(bgr))
+
+
+def read_png(path):
+    image = cv2.imread(str(path), cv2.IMREAD_UNCHANGED)
+    return image if image.ndim == 2 else image[:, :, [2, 1, 0, 3][: image.shape[2]]]
+
+
+@pytest.mark.parametrize("channels, dtype", CASES)
+def test_encode_decode_round_trip(tmp_path, capsys, channels, dtype):
+    image = make_image("smooth_noise", H, W, channels, dtype, seed=channels)
+    png = tmp_path / "in.png"
+    write_png(png, image)
+    np.testing.assert_array_equal(read_png(png), image)
+
+    assert main(["encode", str(png)]) == 0
+    l3_path = tmp_path / "in.l3"
+    np.testing.assert_array_equal(l3codec.imread(l3_path), image)
+    out = capsys.readouterr().out
+    assert f"{png.stat().st_size} -> {l3_path.stat().st_size} bytes" in out
+
+    back = tmp_path / "back.png"
+    assert main(["decode", str(l3_path), "-o", str(back)]) == 0
+    decoded = read_png(back)
+    assert decoded.dtype == dtype
+    np.testing.assert_array_equal(decoded, image)
+
+
+def test_encode_options_and_output_file(tmp_path):
+    image = make_image("gradient", H, W, 3, np.uint8)
+    png = tmp_path / "in.png"
+    write_png(png, image)
+    target = tmp_path / "sub" / "named.l3"
+    target.parent.mkdir()
+    assert main(["encode", str(png), "-o", str(target), "--mode", "fast", "--tile-width", "32"]) == 0
+    facts = l3codec.info(target.read_bytes())
+    assert (facts.mode, facts.tile_width) == ("fast", 32)
+    np.testing.assert_array_equal(l3codec.imread(target), image)
+
+
+def test_decode_grey_alpha(tmp_path):
+    image = make_image("labels", H, W, 2, np.uint8)
+    l3codec.imwrite(tmp_path / "la.l3", image)
+    assert main(["decode", str(tmp_path / "la.l3")]) == 0
+    with Image.open(tmp_path / "la.png") as png:
+        assert png.mode == "LA"
+        np.testing.assert_array_equal(np.asarray(png), image)
+
+    deep = make_image("noise", H, W, 2, np.uint16)
+    l3codec.imwrite(tmp_path / "la16.l3", deep)
+    assert main(["decode", str(tmp_path / "la16.l3")]) == 0
+    bgra = cv2.imread(str(tmp_path / "la16.png"), cv2.IMREAD_UNCHANGED)  # OpenCV expands to BGRA
+    assert bgra.dtype == np.uint16
+    np.testing.assert_array_equal(bgra[:, :, 0], deep[:, :, 0])
+    np.testing.assert_array_equal(bgra[:, :, 3], deep[:, :, 1])
+
+
+def test_region_decode(tmp_path):
+    image = make_image("noise", 70, 90, 3, np.uint8)
+    l3codec.imwrite(tmp_path / "x.l3", image, mode="fast", tile_width=32, tile_height=16)
+    crop = tmp_path / "crop.png"
+    assert main(["decode", str(tmp_path / "x.l3"), "--region", "5,20,40,33", "-o", str(crop)]) == 0
+    np.testing.assert_array_equal(read_png(crop), image[5:45, 20:53])
+
+
+def test_region_outside_is_reported(tmp_path, capsys):
+    l3codec.imwrite(tmp_path / "x.l3", make_image("noise", H, W, 1, np.uint8))
+    assert main(["decode", str(tmp_path / "x.l3"), "--region", "30,0,10,10"]) == 1
+    assert "is not inside" in capsys.readouterr().err
+    assert not (tmp_path / "x.png").exists()
+    with pytest.raises(SystemExit):  # argparse rejects a malformed region
+        main(["decode", str(tmp_path / "x.l3"), "--region", "1,2,3"])
+
+
+def test_info(tmp_path, capsys):
+    l3codec.imwrite(tmp_path / "x.l3", make_image("gradient", H, W, 3, np.uint16), mode="fast")
+    assert main(["info", str(tmp_path / "x.l3")]) == 0
+    out = capsys.readouterr().out
+    assert f"shape ({H}, {W}, 3)" in out and "16-bit" in out and "mode fast" in out
+    assert main(["info", "--json", str(tmp_path / "x.l3"), str(tmp_path / "x.l3")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2
+    facts = json.loads(lines[0])
+    assert facts["shape"] == [H, W, 3] and facts["bits"] == 16 and facts["mode"] == "fast"
+
+
+def test_check(tmp_path, capsys):
+    data = l3codec.encode(make_image("smooth_noise", H, W, 4, np.uint8))
+    good, bad = tmp_path / "good.l3", tmp_path / "bad.l3"
+    good.write_bytes(data)
+    corrupt = bytearray(data)
+    corrupt[len(corrupt) // 2 + 40] ^= 0x10
+    bad.write_bytes(bytes(corrupt))
+    assert main(["check", str(good)]) == 0
+    assert f"{good}: OK" in capsys.readouterr().out
+    assert main(["check", str(good), str(bad)]) == 1
+    captured = capsys.readouterr()
+    assert f"{good}: OK" in captured.out
+    assert captured.err.startswith(f"l3: {bad}: ") and "corrupt" in captured.err
+
+
+def test_bad_files_do_not_stop_the_others(tmp_path, capsys):
+    images = [make_image("labels", H, W, 3, np.uint8, seed=s) for s in range(2)]
+    pngs = [tmp_path / "a.png", tmp_path / "b.png"]
+    for png, image in zip(pngs, images):
+        write_png(png, image)
+    junk = tmp_path / "junk.png"
+    junk.write_bytes(b"not an image at all")
+    out_dir = tmp_path / "out"
+    argv = ["encode", str(pngs[0]), str(junk), str(tmp_path / "missing.png"), str(pngs[1])]
+    assert main(argv + ["-o", str(out_dir)]) == 1
+    err = capsys.readouterr().err
+    assert f"l3: {junk}: " in err and f"l3: {tmp_path / 'missing.png'}: " in err
+    assert "Traceback" not in err
+    for png, image in zip(pngs, images):
+        np.testing.assert_array_equal(l3codec.imread(out_dir / png.with_suffix(".l3").name), image)
+
+    (out_dir / "junk.l3").write_bytes(b"L3IM" + bytes(60))
+    decoded = tmp_path / "decoded"
+    argv = ["decode", str(out_dir / "a.l3"), str(out_dir / "junk.l3"), str(out_dir / "b.l3")]
+    assert main(argv + ["-o", str(decoded)]) == 1
+    assert f"l3: {out_dir / 'junk.l3'}: " in capsys.readouterr().err
+    for name, image in zip("ab", images):
+        np.testing.assert_array_equal(read_png(decoded / f"{name}.png"), image)
+    assert not (decoded / "junk.png").exists()
+
+    assert main(["info", str(out_dir / "a.l3"), str(pngs[0])]) == 1
+    captured = capsys.readouterr()
+    assert f"{out_dir / 'a.l3'}: {W}x{H}" in captured.out
+    assert f"l3: {pngs[0]}: not an L3 image" in captured.err
+
+
+def test_python_dash_m(tmp_path):
+    l3codec.imwrite(tmp_path / "x.l3", make_image("constant", H, W, 1, np.uint8))
+    (tmp_path / "bad.l3").write_bytes(b"nope")
+    result = subprocess.run(
+        [sys.executable, "-m", "l3codec.cli", "info", str(tmp_path / "x.l3"), str(tmp_path / "bad.l3")],
+        capture_output=True,
+        text=True,
+        cwd=Path(l3codec.__file__).parent.parent,
+    )
+    assert result.returncode == 1
+    assert f"shape ({H}, {W})" in result.stdout
+    expected = f"l3: {tmp_path / 'bad.l3'}: truncated: 4 bytes is shorter than the 44-byte header"
+    assert result.stderr.strip() == expected
