@@ -14,13 +14,16 @@ import numpy as np
 from .bitio import peek_bits, put_bits, read_bits
 from .jit import device
 
-REGULAR_CONTEXTS = 4
-INTERRUPT_CONTEXT = 4  # the sample that ends a run has its own adaptive state
-CONTEXTS = 5
-GRADIENT_THRESHOLDS = (2, 6, 20)  # for 8-bit samples, scaled by 2**(bits-8)
+# Regular contexts quantise local activity: the gradients |W-NW| + |N-NW| plus the mean
+# mapped residual of W and N (lane r-1 hands N's residual over with N's value).
+ACTIVITY_THRESHOLDS = (1, 3, 6, 10, 16, 26, 44)  # for 8-bit samples, scaled by 2**(bits-8)
+REGULAR_CONTEXTS = len(ACTIVITY_THRESHOLDS) + 1
+INTERRUPT_CONTEXT = REGULAR_CONTEXTS  # the sample that ends a run has its own adaptive state
+CONTEXTS = REGULAR_CONTEXTS + 1
 UNARY_LIMIT = 12  # a quotient this large is an escape: the mapped residual follows raw
 RESET_COUNT = 64  # halve the adaptive sums every 64 samples
 ADAPT_CAP_SHIFT = 4
+INITIAL_COUNT = 1
 MAX_K = 15  # initial k is stored in a nibble
 RUN_INDEX_MAX = 31
 # JPEG-LS run-length order table (ITU-T T.87, A.7.1.2)
@@ -30,7 +33,8 @@ RUN_ORDER = np.array(
 )
 
 # Stream header of a coded compact stream, after the kind byte.
-HEADER_BYTES = 6  # kind, run index, 5 initial k nibbles in 3 bytes, row-length bit width
+K_NIBBLE_BYTES = (CONTEXTS + 1) // 2
+HEADER_BYTES = 3 + K_NIBBLE_BYTES  # kind, run index, initial k per context in nibbles, row-length bit width
 MAX_LENGTH_TABLE_BYTES = (32 * 31 + 7) // 8
 MAX_PREFIX_BYTES = HEADER_BYTES + MAX_LENGTH_TABLE_BYTES
 
@@ -40,7 +44,8 @@ S_RUN_LEFT = 1  # samples still to emit from the current run
 S_RUN_VALUE = 2
 S_INTERRUPT = 3  # the sample after the run is an interruption sample
 S_RUN_INDEX = 4
-S_A = 5  # adaptive sums of mapped residuals, one per context
+S_MAPPED = 5  # mapped residual of the last sample (0 in runs): W's residual for the next one
+S_A = 6  # adaptive sums of mapped residuals, one per context
 S_N = S_A + CONTEXTS  # adaptive counts, one per context
 STATE_SIZE = S_N + CONTEXTS
 
@@ -74,16 +79,13 @@ def neighbours(row, col, left, left2, up, upleft, half):
 
 
 @device
-def gradient_context(w, n, nw, bits):
-    g = abs(w - nw) + abs(n - nw)
+def activity_context(w, n, nw, mapped_n, mapped_w, bits):
+    activity = ((abs(w - nw) + abs(n - nw)) >> 1) + mapped_n + mapped_w
     shift = bits - 8
-    if g <= (2 << shift):
-        return 0
-    if g <= (6 << shift):
-        return 1
-    if g <= (20 << shift):
-        return 2
-    return 3
+    ctx = 0
+    while ctx < REGULAR_CONTEXTS - 1 and activity > (ACTIVITY_THRESHOLDS[ctx] << shift):
+        ctx += 1
+    return ctx
 
 
 @device
@@ -130,9 +132,11 @@ def row_state_init(state, bit_pos, k_nibbles, run_index):
     state[S_RUN_VALUE] = 0
     state[S_INTERRUPT] = 0
     state[S_RUN_INDEX] = run_index
+    state[S_MAPPED] = 0
     for ctx in range(CONTEXTS):
-        state[S_A + ctx] = np.int64(1) << ((k_nibbles >> (4 * ctx)) & 15)
-        state[S_N + ctx] = 1
+        # a mean mapped residual of 1.5 * 2**k, mid-range for k, weighted as INITIAL_COUNT samples
+        state[S_A + ctx] = (3 * INITIAL_COUNT << ((k_nibbles >> (4 * ctx)) & 15)) >> 1
+        state[S_N + ctx] = INITIAL_COUNT
 
 
 @device
@@ -154,6 +158,7 @@ def decode_mapped(buf, state, ctx, bits):
         pos += bits
     state[S_POS] = pos
     adapt(state, ctx, mapped, k)
+    state[S_MAPPED] = mapped
     return mapped
 
 
@@ -195,10 +200,12 @@ def decode_interruption(buf, state, w, n, bits):
 
 
 @device
-def decode_sample(buf, state, w, n, nw, remaining, bits):
-    """Decode the next sample of a row, given its neighbours and the samples left in the row."""
+def decode_sample(buf, state, w, n, nw, mapped_n, remaining, bits):
+    """Decode the next sample of a row, given its neighbours, N's mapped residual and the
+    samples left in the row. Afterwards state[S_MAPPED] holds this sample's mapped residual."""
     if state[S_RUN_LEFT] > 0:
         state[S_RUN_LEFT] -= 1
+        state[S_MAPPED] = 0
         return state[S_RUN_VALUE]
     if state[S_INTERRUPT]:
         state[S_INTERRUPT] = 0
@@ -208,10 +215,11 @@ def decode_sample(buf, state, w, n, nw, remaining, bits):
         if run > 0:
             state[S_RUN_VALUE] = w
             state[S_RUN_LEFT] = run - 1
+            state[S_MAPPED] = 0
             return w
         state[S_INTERRUPT] = 0
         return decode_interruption(buf, state, w, n, bits)
-    ctx = gradient_context(w, n, nw, bits)
+    ctx = activity_context(w, n, nw, mapped_n, state[S_MAPPED], bits)
     mapped = decode_mapped(buf, state, ctx, bits)
     return (med(w, n, nw) + unzigzag(mapped)) & ((np.int64(1) << bits) - 1)
 
@@ -232,6 +240,7 @@ def encode_mapped(out, writer, state, ctx, mapped, bits, stats):
         put_bits(out, writer, 0, UNARY_LIMIT)
         put_bits(out, writer, mapped, bits)
     adapt(state, ctx, mapped, k)
+    state[S_MAPPED] = mapped
     stats[ctx] += mapped
     stats[CONTEXTS + ctx] += 1
 
@@ -275,10 +284,13 @@ def run_length_cost(run, end_of_row, index):
 
 
 @device
-def encode_compact_row(tile, row, width, bits, out, writer, state, stats, runs, run_count):
-    """Encode one row of a tile plane (2-D view). Runs are logged as 2*length+end_of_row
-    into runs[run_count:], and the new run_count is returned."""
+def encode_compact_row(tile, row, width, bits, out, writer, state, stats, runs, run_count, mapped_rows):
+    """Encode one row of a tile plane (2-D view). mapped_rows[row % 2] receives the row's mapped
+    residuals, mapped_rows[(row - 1) % 2] holds the row above's. Runs are logged as
+    2*length+end_of_row into runs[run_count:], and the new run_count is returned."""
     half = np.int64(1) << (bits - 1)
+    mapped_here = mapped_rows[row % 2]
+    mapped_above = mapped_rows[(row + 1) % 2]
     col = 0
     while col < width:
         left = np.int64(tile[row, col - 1]) if col > 0 else half
@@ -295,6 +307,8 @@ def encode_compact_row(tile, row, width, bits, out, writer, state, stats, runs, 
             encode_run_length(out, writer, state, run, end_of_row)
             runs[run_count] = 2 * run + (1 if end_of_row else 0)
             run_count += 1
+            mapped_here[col:col + run] = 0
+            state[S_MAPPED] = 0
             col += run
             if end_of_row:
                 break
@@ -308,8 +322,9 @@ def encode_compact_row(tile, row, width, bits, out, writer, state, stats, runs, 
                 mapped -= 1
             encode_mapped(out, writer, state, INTERRUPT_CONTEXT, mapped, bits, stats)
         else:
-            ctx = gradient_context(w, n, nw, bits)
+            ctx = activity_context(w, n, nw, mapped_above[col] if row > 0 else 0, state[S_MAPPED], bits)
             encode_mapped(out, writer, state, ctx, zigzag(x - med(w, n, nw), bits), bits, stats)
+        mapped_here[col] = state[S_MAPPED]
         col += 1
     return run_count
 

@@ -47,6 +47,8 @@ RUN_INDEX_MAX = compact.RUN_INDEX_MAX
 CONTEXTS = compact.CONTEXTS
 STATE_SIZE = compact.STATE_SIZE
 S_POS = compact.S_POS
+S_MAPPED = compact.S_MAPPED
+K_NIBBLE_BYTES = compact.K_NIBBLE_BYTES
 WRITER_STATE_SIZE = bitio.WRITER_STATE_SIZE
 
 _njit = numba.njit(cache=True, nogil=True)
@@ -160,15 +162,19 @@ def encode_compact_stream(tile, bits, out, start):
     writer = np.empty(WRITER_STATE_SIZE, np.int64)
     stats = np.zeros(2 * CONTEXTS, np.int64)
     runs = np.empty(height * width + 1, np.int64)
+    mapped_rows = np.zeros((2, width), np.int64)
     row_run_starts = np.zeros(height + 1, np.int64)
     # Pass 1 only measures: a writer with limit 0 drops every byte.
     writer_init(writer, 0, 0)
     run_count = 0
-    default_k = 0x22222
+    default_k = 0x222222222
     for row in range(height):
-        if not _repeats_row_above(tile, row):
+        if _repeats_row_above(tile, row):
+            mapped_rows[row % 2, :] = 0
+        else:
             row_state_init(state, 0, default_k, 0)
-            run_count = encode_compact_row(tile, row, width, bits, out, writer, state, stats, runs, run_count)
+            run_count = encode_compact_row(tile, row, width, bits, out, writer, state, stats, runs, run_count,
+                                           mapped_rows)
         row_run_starts[row + 1] = run_count
     k_nibbles = initial_k_nibbles(stats, bits)
     run_index = best_run_index(runs, row_run_starts, height)
@@ -180,9 +186,11 @@ def encode_compact_stream(tile, bits, out, start):
     row_ends[0] = data_start * 8
     longest = 0
     for row in range(height):
-        if not _repeats_row_above(tile, row):  # else a zero row length says "copy the row above"
+        if _repeats_row_above(tile, row):  # a zero row length says "copy the row above"
+            mapped_rows[row % 2, :] = 0
+        else:
             row_state_init(state, 0, k_nibbles, run_index)
-            encode_compact_row(tile, row, width, bits, out, writer, state, stats, runs, 0)
+            encode_compact_row(tile, row, width, bits, out, writer, state, stats, runs, 0, mapped_rows)
         row_ends[row + 1] = writer[0] * 8 + writer[2]
         longest = max(longest, row_ends[row + 1] - row_ends[row])
         if writer[0] >= limit:
@@ -197,10 +205,9 @@ def encode_compact_stream(tile, bits, out, start):
         out[start + prefix + i] = out[data_start + i]
     out[start] = KIND_CODED
     out[start + 1] = run_index
-    out[start + 2] = k_nibbles & 255
-    out[start + 3] = (k_nibbles >> 8) & 255
-    out[start + 4] = (k_nibbles >> 16) & 255
-    out[start + 5] = length_bits
+    for i in range(K_NIBBLE_BYTES):
+        out[start + 2 + i] = (k_nibbles >> (8 * i)) & 255
+    out[start + 2 + K_NIBBLE_BYTES] = length_bits
     writer_init(writer, start + COMPACT_HEADER_BYTES, start + prefix)
     for row in range(height):
         put_bits(out, writer, row_ends[row + 1] - row_ends[row], length_bits)
@@ -299,9 +306,11 @@ def decode_compact_stream(buf, start, end, tile, bits):
     if end - start < COMPACT_HEADER_BYTES:
         return STATUS_BAD_SIZE
     run_index = np.int64(buf[start + 1])
-    k_nibbles = np.int64(buf[start + 2]) | (np.int64(buf[start + 3]) << 8) | (np.int64(buf[start + 4]) << 16)
-    length_bits = np.int64(buf[start + 5])
-    if run_index > RUN_INDEX_MAX or length_bits > 31 or k_nibbles >> 20 != 0:
+    k_nibbles = np.int64(0)
+    for i in range(K_NIBBLE_BYTES):
+        k_nibbles |= np.int64(buf[start + 2 + i]) << (8 * i)
+    length_bits = np.int64(buf[start + 2 + K_NIBBLE_BYTES])
+    if run_index > RUN_INDEX_MAX or length_bits > 31 or k_nibbles >> (4 * CONTEXTS) != 0:
         return STATUS_BAD_HEADER
     table_pos = (start + COMPACT_HEADER_BYTES) * 8
     pos = (start + COMPACT_HEADER_BYTES + (height * length_bits + 7) // 8) * 8
@@ -309,7 +318,10 @@ def decode_compact_stream(buf, start, end, tile, bits):
         return STATUS_BAD_SIZE
     half = np.int64(1) << (bits - 1)
     state = np.empty(STATE_SIZE, np.int64)
+    mapped_rows = np.zeros((2, width), np.int64)
     for row in range(height):
+        mapped_here = mapped_rows[row % 2]
+        mapped_above = mapped_rows[(row + 1) % 2]
         row_end = pos + read_bits(buf, table_pos + row * length_bits, length_bits)
         if row_end > end * 8:
             return STATUS_BAD_SIZE
@@ -317,6 +329,7 @@ def decode_compact_stream(buf, start, end, tile, bits):
             if row == 0:
                 return STATUS_CORRUPT
             tile[row, :] = tile[row - 1, :]
+            mapped_here[:] = 0
             continue
         row_state_init(state, pos, k_nibbles, run_index)
         for col in range(width):
@@ -325,7 +338,9 @@ def decode_compact_stream(buf, start, end, tile, bits):
             up = np.int64(tile[row - 1, col]) if row > 0 else half
             upleft = np.int64(tile[row - 1, col - 1]) if row > 0 and col > 0 else half
             w, n, nw = neighbours(row, col, left, left2, up, upleft, half)
-            tile[row, col] = decode_sample(buf, state, w, n, nw, width - col, bits)
+            tile[row, col] = decode_sample(buf, state, w, n, nw, mapped_above[col] if row > 0 else 0,
+                                           width - col, bits)
+            mapped_here[col] = state[S_MAPPED]
         if state[S_POS] != row_end:
             return STATUS_CORRUPT
         pos = row_end
