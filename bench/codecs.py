@@ -6,10 +6,10 @@ Usage (from the repository root)::
 
 Every PNG in each folder is decoded once with OpenCV (RGB order, label maps
 as 8- or 16-bit single channel) and then encoded and decoded by every codec
-in REGISTRY. For each image and codec it records the compressed size, the
-best-of-N encode and decode times and whether the round trip is exact.
-Results go to <out>/codecs.md (tables), codecs.json (raw numbers) and
-codecs.png (size against decode speed).
+from build_registry(). For each image and codec it records the compressed
+size, the best-of-N encode and decode times and whether the round trip is
+exact. Results go to <out>/codecs.md (tables), codecs.json (raw numbers)
+and codecs.png (size against one-thread decode speed).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import io
 import json
 import os
 import platform
+import subprocess
 import sys
 import time
 import traceback
@@ -133,6 +134,13 @@ def pillow_decode(data: bytes) -> np.ndarray:
     return np.asarray(Image.open(io.BytesIO(data)))
 
 
+def spng_decode(data: bytes) -> np.ndarray:
+    # pyspng picks the output format from the PNG header: 16-bit grey comes
+    # back as grey+alpha (libspng has no G16 output), which the exactness
+    # check reports as a failure.
+    return pyspng.load(data)
+
+
 def webp_encoder(level: int | None, method: int | None) -> Callable[[np.ndarray], bytes]:
     # libwebp's lossless defaults are quality 75, method 4; 0/0 is fastest.
     return lambda a: imagecodecs.webp_encode(a, level, lossless=True, method=method)
@@ -167,7 +175,7 @@ def build_registry() -> list[Codec]:
         (Codec("PNG, OpenCV level 9", cv2_png_encoder(9), cv2_decode, any_image,
                to_native=swap_rb, from_native=swap_rb), True, ""),
         (Codec("PNG, Pillow optimize", pillow_png_encode, pillow_decode, any_image), True, ""),
-        (Codec("PNG, libspng decode", cv2_png_encoder(None), lambda d: pyspng.load(d), any_image,
+        (Codec("PNG, libspng decode", cv2_png_encoder(None), spng_decode, any_image,
                to_native=swap_rb,
                note="OpenCV-default PNG bytes decoded by pyspng.load; encode is OpenCV's again"),
          pyspng is not None, "pyspng not importable"),
@@ -343,6 +351,19 @@ def markdown_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def l3_revision() -> str:
+    """Commit of the measured l3codec, flagged if its files have local edits."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(REPO), *args], capture_output=True,
+                              text=True, check=True).stdout.strip()
+    try:
+        rev = git("rev-parse", "--short", "HEAD")
+        dirty = git("status", "--porcelain", "--", "l3codec")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return rev + (" + uncommitted changes in l3codec/" if dirty else "")
+
+
 def machine_info() -> dict:
     cpu = platform.processor() or "unknown"
     try:
@@ -365,7 +386,7 @@ def machine_info() -> dict:
             "nproc": os.cpu_count(), "cpu": cpu, "numba_threads": ALL_THREADS,
             # Other work on the machine skews timings; record how busy it was.
             "loadavg_start": list(os.getloadavg()),
-            "platform": platform.platform(), "versions": versions}
+            "platform": platform.platform(), "l3codec": l3_revision(), "versions": versions}
 
 
 def fmt_load(load: list[float]) -> str:
@@ -382,6 +403,7 @@ def write_markdown(path: Path, info: dict, sections: list[tuple[str, list[dict]]
         f"- Machine: {info['nproc']} CPUs, {info['cpu']} ({info['platform']})",
         f"- Load average (1/5/15 min) at start {fmt_load(info['loadavg_start'])}, "
         f"at end {fmt_load(info['loadavg_end'])}",
+        f"- l3codec: {info['l3codec']}",
         f"- numba {v['numba']}, imagecodecs {v['imagecodecs']}, OpenCV {v['opencv']}, "
         f"Pillow {v['pillow']}, pyspng {v['pyspng']}, numpy {v['numpy']}",
         "- Libraries: " + ", ".join(f"{v[k]}" for k in ("webp", "jpegxl", "htj2k", "jpegls", "qoi")
@@ -392,7 +414,8 @@ def write_markdown(path: Path, info: dict, sections: list[tuple[str, list[dict]]
         f"\"size vs PNG\" = codec total / {REFERENCE} total over the same images. "
         "\"1T\" = one thread (Numba, OpenCV, libjxl set to 1); "
         f"\"{ALL_THREADS}T\" = all {ALL_THREADS} Numba threads, given only for codecs with "
-        "their own thread pool. \"n/a\" = the codec cannot store that image "
+        "their own thread pool. L3 decode keeps its default payload checksum "
+        "(verify=True). \"n/a\" = the codec cannot store that image "
         "(WebP and QOI: 8-bit RGB/RGBA only; JPEG-LS here: 1 or 3 channels); such images "
         "are left out of that codec's totals. Every round trip is checked for exact "
         "equality (values, dtype, shape).", "",
@@ -461,7 +484,7 @@ def write_chart(path: Path, sections: list[tuple[str, list[dict]]]) -> None:
         place_labels(ax, points)
     for ax in axes.flat[n:]:
         ax.set_visible(False)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.98))  # keep the suptitle clear of titles
     fig.savefig(path, dpi=120)
     plt.close(fig)
 

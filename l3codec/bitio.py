@@ -23,8 +23,15 @@ def load56(buf, byte_pos):
     size = buf.shape[0]
     value = np.int64(0)
     if byte_pos + 7 <= size:
-        for i in range(7):
-            value |= np.int64(buf[byte_pos + i]) << (8 * i)
+        value = (
+            np.int64(buf[byte_pos])
+            | (np.int64(buf[byte_pos + 1]) << 8)
+            | (np.int64(buf[byte_pos + 2]) << 16)
+            | (np.int64(buf[byte_pos + 3]) << 24)
+            | (np.int64(buf[byte_pos + 4]) << 32)
+            | (np.int64(buf[byte_pos + 5]) << 40)
+            | (np.int64(buf[byte_pos + 6]) << 48)
+        )
     else:
         for i in range(7):
             if byte_pos + i < size:

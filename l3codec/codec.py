@@ -47,8 +47,10 @@ def encode(
     if mode not in fmt.MODES:
         raise L3Error(f"mode must be one of {sorted(fmt.MODES)}, not {mode!r}")
     mode_id = fmt.MODES[mode]
-    tile_width = fmt.DEFAULT_TILE_WIDTH[mode_id] if tile_width is None else int(tile_width)
-    tile_height = fmt.DEFAULT_TILE_HEIGHT[mode_id] if tile_height is None else int(tile_height)
+    tile_width = fmt.DEFAULT_TILE_WIDTH[mode_id] if tile_width is None else _integer(tile_width, "tile_width")
+    tile_height = (
+        fmt.DEFAULT_TILE_HEIGHT[mode_id] if tile_height is None else _integer(tile_height, "tile_height")
+    )
     fmt.check_geometry(width, height, channels, bits, mode_id, tile_width, tile_height)
     if transform is None:
         transform = "subtract-green" if channels >= 3 else "none"
@@ -98,11 +100,31 @@ def check(data, /) -> bool:
     return True
 
 
+def _integer(value, name: str) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise L3Error(f"{name} must be an integer, not {value!r}")
+    return int(value)
+
+
+def check_region(info: fmt.Info, region) -> tuple:
+    """region as four ints (y, x, h, w) inside the image, or L3Error."""
+    try:
+        values = tuple(region)
+    except TypeError:
+        values = ()
+    if len(values) != 4:
+        raise L3Error(f"region must be (y, x, h, w), not {region!r}")
+    y, x, h, w = (_integer(v, "region") for v in values)
+    if h < 1 or w < 1:
+        raise L3Error(f"region {values} is empty")
+    if y < 0 or x < 0 or y + h > info.height or x + w > info.width:
+        raise L3Error(f"region {values} is not inside the {info.height}x{info.width} image")
+    return y, x, h, w
+
+
 def region_streams(info: fmt.Info, region) -> tuple:
-    """(stream ids, tile-aligned origin, tile-aligned size) covering region = (y, x, h, w)."""
-    y, x, h, w = (int(v) for v in region)
-    if h < 1 or w < 1 or y < 0 or x < 0 or y + h > info.height or x + w > info.width:
-        raise L3Error(f"region {tuple(region)} is not inside the {info.height}x{info.width} image")
+    """(stream ids, tile-aligned origin, tile-aligned size) covering a checked region (y, x, h, w)."""
+    y, x, h, w = region
     th, tw = info.tile_height, info.tile_width
     ty0, ty1 = y // th, (y + h - 1) // th + 1
     tx0, tx1 = x // tw, (x + w - 1) // tw + 1
@@ -135,8 +157,9 @@ def decode(data, /, *, region=None, out=None, verify: bool = True) -> np.ndarray
     info = parsed.info
     if region is None:
         region = (0, 0, info.height, info.width)
+    region = check_region(info, region)
     streams, origin, size = region_streams(info, region)
-    y, x, h, w = (int(v) for v in region)
+    y, x, h, w = region
     shape = (h, w) if info.channels == 1 else (h, w, info.channels)
     if out is None:
         out = np.empty(shape, info.dtype)

@@ -148,14 +148,13 @@ def decode_mapped(buf, state, ctx, bits):
     q = 0
     while q < UNARY_LIMIT and ((window >> q) & 1) == 0:
         q += 1
+    # the whole code word fits the 49-bit window: q + 1 + k <= 29, UNARY_LIMIT + bits <= 28
     if q < UNARY_LIMIT:
-        pos += q + 1
-        mapped = (np.int64(q) << k) | read_bits(buf, pos, k)
-        pos += k
+        mapped = (np.int64(q) << k) | ((window >> (q + 1)) & ((np.int64(1) << k) - 1))
+        pos += q + 1 + k
     else:
-        pos += UNARY_LIMIT
-        mapped = read_bits(buf, pos, bits)
-        pos += bits
+        mapped = (window >> UNARY_LIMIT) & ((np.int64(1) << bits) - 1)
+        pos += UNARY_LIMIT + bits
     state[S_POS] = pos
     adapt(state, ctx, mapped, k)
     state[S_MAPPED] = mapped

@@ -10,7 +10,7 @@ group widths alone.
 
 import numpy as np
 
-from .bitio import bit_length, put_bits, read_bits
+from .bitio import bit_length, peek_bits, put_bits, read_bits
 from .compact import med, unzigzag, zigzag
 from .jit import device
 
@@ -55,12 +55,20 @@ def decode_fast_row(buf, field_pos, data_pos, tile, row, width, bits):
     """Decode one row in place; returns the data bit position after it, or -1 for a bad width."""
     mask = (np.int64(1) << bits) - 1
     field_bits = width_field_bits(bits)
+    window = peek_bits(buf, data_pos)
+    available = 49
     for group in range(groups_per_row(width)):
         group_bits = read_bits(buf, field_pos + group * field_bits, field_bits)
         if group_bits > bits:
             return -1
+        group_mask = (np.int64(1) << group_bits) - 1
         for col in range(group * GROUP_SIZE, min(width, (group + 1) * GROUP_SIZE)):
-            tile[row, col] = read_bits(buf, data_pos, group_bits)
+            if available < group_bits:
+                window = peek_bits(buf, data_pos)
+                available = 49
+            tile[row, col] = window & group_mask
+            window >>= group_bits
+            available -= group_bits
             data_pos += group_bits
     if row == 0:
         for col in range(width):

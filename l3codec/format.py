@@ -7,6 +7,7 @@ with exactly the same code as the CPU decoder.
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
 from dataclasses import dataclass
 
@@ -168,11 +169,11 @@ def header_crc(header_bytes: np.ndarray, table_bytes: np.ndarray) -> int:
     return zlib.crc32(table_bytes.tobytes(), crc)
 
 
-def parse(data, *, verify: bool = True) -> Parsed:
-    """Validate header, stream table and (with verify) the payload checksum.
+def parse_header(data) -> tuple:
+    """(header record, Info with file_size 0) from the first HEADER_SIZE bytes alone.
 
-    Everything a decoder later trusts is checked here, before any allocation
-    proportional to the image: sizes, limits, table monotonicity and checksums.
+    Checks every header field except the checksum, which also covers the stream
+    table: enough for a reader that wants shape and mode before reading the rest.
     """
     buf = as_bytes_view(data)
     if buf.size < HEADER_SIZE:
@@ -199,6 +200,31 @@ def parse(data, *, verify: bool = True) -> Parsed:
     stream_count = tiles_x * tiles_y * channels
     if header["stream_count"] != stream_count:
         raise L3Error(f"stream count {header['stream_count']} != {stream_count} for this geometry")
+    info = Info(
+        width=width,
+        height=height,
+        channels=channels,
+        bits=bits,
+        mode=MODE_NAMES[mode],
+        transform=TRANSFORM_NAMES[transform],
+        tile_width=tile_width,
+        tile_height=tile_height,
+        tiles_x=tiles_x,
+        tiles_y=tiles_y,
+        file_size=0,
+    )
+    return header, info
+
+
+def parse(data, *, verify: bool = True) -> Parsed:
+    """Validate header, stream table and (with verify) the payload checksum.
+
+    Everything a decoder later trusts is checked here, before any allocation
+    proportional to the image: sizes, limits, table monotonicity and checksums.
+    """
+    buf = as_bytes_view(data)
+    header, info = parse_header(buf)
+    stream_count = info.tiles_x * info.tiles_y * info.channels
     payload_offset = HEADER_SIZE + stream_count * STREAM_END_DTYPE.itemsize
     payload_size = int(header["payload_size"])
     if buf.size < payload_offset:
@@ -217,19 +243,7 @@ def parse(data, *, verify: bool = True) -> Parsed:
         raise L3Error("stream table is not increasing or does not end at the payload size")
     if verify and zlib.crc32(buf[payload_offset:]) != header["payload_crc"]:
         raise L3Error("payload checksum mismatch: the image data is corrupt")
-    info = Info(
-        width=width,
-        height=height,
-        channels=channels,
-        bits=bits,
-        mode=MODE_NAMES[mode],
-        transform=TRANSFORM_NAMES[transform],
-        tile_width=tile_width,
-        tile_height=tile_height,
-        tiles_x=tiles_x,
-        tiles_y=tiles_y,
-        file_size=int(buf.size),
-    )
+    info = dataclasses.replace(info, file_size=int(buf.size))
     return Parsed(info, header, starts + payload_offset, ends + payload_offset, payload_offset)
 
 

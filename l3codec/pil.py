@@ -48,20 +48,11 @@ class L3ImageFile(ImageFile.ImageFile):
     format_description = "L3 lossless image"
 
     def _open(self) -> None:
-        header_bytes = self.fp.read(fmt.HEADER_SIZE)
-        if len(header_bytes) < fmt.HEADER_SIZE:
-            raise L3Error(f"truncated: {len(header_bytes)} bytes is shorter than the header")
-        header = np.frombuffer(header_bytes, fmt.HEADER_DTYPE)[0]
-        if header["magic"] != fmt.MAGIC:
+        prefix = self.fp.read(fmt.HEADER_SIZE)
+        if prefix[:4] != fmt.MAGIC:
             raise SyntaxError("not an L3 image")
-        if header["version"] != fmt.VERSION:
-            raise L3Error(f"unsupported L3 version {header['version']}")
-        width, height = int(header["width"]), int(header["height"])
-        channels, bits = int(header["channels"]), int(header["bits"])
-        fmt.check_geometry(
-            width, height, channels, bits, int(header["mode"]),
-            int(header["tile_width"]), int(header["tile_height"]),
-        )
+        _, info = fmt.parse_header(prefix)
+        width, height, channels, bits = info.width, info.height, info.channels, info.bits
         if (channels, bits) not in _MODES:
             raise L3Error(
                 f"Pillow has no mode for {bits}-bit images with {channels} channels; "
@@ -69,7 +60,7 @@ class L3ImageFile(ImageFile.ImageFile):
             )
         self._size = (width, height)
         self._mode = _MODES[channels, bits]
-        self.info["l3_mode"] = fmt.MODE_NAMES[int(header["mode"])]
+        self.info["l3_mode"] = info.mode
         self.tile = [ImageFile._Tile(FORMAT, (0, 0, width, height), 0, None)]
 
 

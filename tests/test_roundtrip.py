@@ -108,6 +108,7 @@ def test_flat_content_costs_far_below_one_bit_per_pixel():
         ({"mode": "compact", "tile_height": 64}, "32 rows"),
         ({"mode": "fast", "tile_height": 12}, "tile height"),
         ({"transform": "ycocg"}, "transform"),
+        ({"tile_width": "x"}, "integer"),
     ],
 )
 def test_bad_encode_options_raise(kwargs, message):
@@ -134,7 +135,9 @@ def test_subtract_green_needs_colour():
         l3codec.encode(np.zeros((4, 4), np.uint8), transform="subtract-green")
 
 
-@pytest.mark.parametrize("region", [(0, 0, 0, 1), (-1, 0, 1, 1), (0, 0, 11, 1), (5, 5, 1, 6)])
+@pytest.mark.parametrize(
+    "region", [(0, 0, 0, 1), (-1, 0, 1, 1), (0, 0, 11, 1), (5, 5, 1, 6), (1, 2, 3), 5, "abcd", (1.5, 0, 3, 3)]
+)
 def test_bad_region_raises(region):
     data = l3codec.encode(np.zeros((10, 10), np.uint8))
     with pytest.raises(l3codec.L3Error, match="region"):
