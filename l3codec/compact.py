@@ -12,6 +12,7 @@ CPU row loop and the GPU wavefront lane run the very same code.
 import numpy as np
 
 from .bitio import peek_bits, put_bits, read_bits
+from .format import STATUS_BAD_HEADER, STATUS_BAD_SIZE, STATUS_OK
 from .jit import device
 
 # Regular contexts quantise local activity: the gradients |W-NW| + |N-NW| plus the mean
@@ -21,7 +22,7 @@ REGULAR_CONTEXTS = len(ACTIVITY_THRESHOLDS) + 1
 INTERRUPT_CONTEXT = REGULAR_CONTEXTS  # the sample that ends a run has its own adaptive state
 CONTEXTS = REGULAR_CONTEXTS + 1
 UNARY_LIMIT = 12  # a quotient this large is an escape: the mapped residual follows raw
-RESET_COUNT = 64  # halve the adaptive sums every 64 samples
+RESET_COUNT = 64  # halve the adaptive sums when the count reaches 64 (counts start at 1)
 ADAPT_CAP_SHIFT = 4
 INITIAL_COUNT = 1
 MAX_K = 15  # initial k is stored in a nibble
@@ -45,7 +46,8 @@ S_RUN_VALUE = 2
 S_INTERRUPT = 3  # the sample after the run is an interruption sample
 S_RUN_INDEX = 4
 S_MAPPED = 5  # mapped residual of the last sample (0 in runs): W's residual for the next one
-S_A = 6  # adaptive sums of mapped residuals, one per context
+S_ERROR = 6  # set when the row's bits are impossible; the row is then reported corrupt
+S_A = 7  # adaptive sums of mapped residuals, one per context
 S_N = S_A + CONTEXTS  # adaptive counts, one per context
 STATE_SIZE = S_N + CONTEXTS
 
@@ -64,7 +66,7 @@ def med(w, n, nw):
 def neighbours(row, col, left, left2, up, upleft, half):
     """(W, N, NW) of a tile sample, with the edge rules of docs/FORMAT.md.
 
-    row 0 has no row above: N = W and NW = WW (pixel two to the left);
+    row 0 has no row above: N = W and NW = WW (pixel two to the left; W at column 1);
     column 0 takes its W and NW from N; the first sample sees all three as half.
     """
     if row == 0:
@@ -133,6 +135,7 @@ def row_state_init(state, bit_pos, k_nibbles, run_index):
     state[S_INTERRUPT] = 0
     state[S_RUN_INDEX] = run_index
     state[S_MAPPED] = 0
+    state[S_ERROR] = 0
     for ctx in range(CONTEXTS):
         # a mean mapped residual of 1.5 * 2**k, mid-range for k, weighted as INITIAL_COUNT samples
         state[S_A + ctx] = (3 * INITIAL_COUNT << ((k_nibbles >> (4 * ctx)) & 15)) >> 1
@@ -181,8 +184,9 @@ def decode_run_length(buf, state, remaining):
         else:
             run += read_bits(buf, pos + 1, RUN_ORDER[index])
             state[S_POS] = pos + 1 + RUN_ORDER[index]
-            if run > remaining - 1:
-                run = remaining - 1  # only a corrupt stream gets here
+            if run > remaining - 1:  # a run that ends past the row: corrupt
+                run = remaining - 1
+                state[S_ERROR] = 1
             if index > 0:
                 state[S_RUN_INDEX] = index - 1
             state[S_INTERRUPT] = 1
@@ -221,6 +225,32 @@ def decode_sample(buf, state, w, n, nw, mapped_n, remaining, bits):
     ctx = activity_context(w, n, nw, mapped_n, state[S_MAPPED], bits)
     mapped = decode_mapped(buf, state, ctx, bits)
     return (med(w, n, nw) + unzigzag(mapped)) & ((np.int64(1) << bits) - 1)
+
+
+@device
+def compact_stream_layout(buf, start, end, height):
+    """Parse a coded compact stream's header: (status, run index, k nibbles, row-length bits,
+    bit position of the row-length table, bit position of row 0)."""
+    if end - start < HEADER_BYTES:
+        return STATUS_BAD_SIZE, 0, 0, 0, 0, 0
+    run_index = np.int64(buf[start + 1])
+    k_nibbles = np.int64(0)
+    for i in range(K_NIBBLE_BYTES):
+        k_nibbles |= np.int64(buf[start + 2 + i]) << (8 * i)
+    length_bits = np.int64(buf[start + 2 + K_NIBBLE_BYTES])
+    if run_index > RUN_INDEX_MAX or length_bits > 31 or k_nibbles >> (4 * CONTEXTS) != 0:
+        return STATUS_BAD_HEADER, 0, 0, 0, 0, 0
+    table_pos = (start + HEADER_BYTES) * 8
+    data_pos = (start + HEADER_BYTES + (height * length_bits + 7) // 8) * 8
+    if data_pos > end * 8:
+        return STATUS_BAD_SIZE, 0, 0, 0, 0, 0
+    return STATUS_OK, run_index, k_nibbles, length_bits, table_pos, data_pos
+
+
+@device
+def compact_row_length(buf, table_pos, length_bits, row):
+    """Bits of row `row`; zero means the row repeats the row above."""
+    return read_bits(buf, table_pos + row * length_bits, length_bits)
 
 
 # ---------------------------------------------------------------- encoder (CPU only)

@@ -9,11 +9,11 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from . import bitio, colour, compact, fast
+from . import bitio, colour, compact, fast, streams
 from . import format as fmt
 from .jit import compile_device_functions
 
-_dev = compile_device_functions([bitio, colour, compact, fast], numba.njit(inline="always"))
+_dev = compile_device_functions([bitio, colour, streams, compact, fast], numba.njit(inline="always"))
 read_bits = _dev.read_bits
 writer_init = _dev.writer_init
 writer_flush = _dev.writer_flush
@@ -28,6 +28,11 @@ encode_compact_row = _dev.encode_compact_row
 best_run_index = _dev.best_run_index
 initial_k_nibbles = _dev.initial_k_nibbles
 decode_fast_row = _dev.decode_fast_row
+uncoded_stream_status = _dev.uncoded_stream_status
+uncoded_sample = _dev.uncoded_sample
+compact_stream_layout = _dev.compact_stream_layout
+compact_row_length = _dev.compact_row_length
+fast_stream_layout = _dev.fast_stream_layout
 encode_fast_row = _dev.encode_fast_row
 width_field_bits = _dev.width_field_bits
 groups_per_row = _dev.groups_per_row
@@ -37,17 +42,16 @@ KIND_CODED = fmt.KIND_CODED
 KIND_RAW = fmt.KIND_RAW
 MODE_COMPACT = fmt.MODE_COMPACT
 STATUS_OK = fmt.STATUS_OK
-STATUS_BAD_KIND = fmt.STATUS_BAD_KIND
 STATUS_BAD_SIZE = fmt.STATUS_BAD_SIZE
 STATUS_BAD_HEADER = fmt.STATUS_BAD_HEADER
 STATUS_CORRUPT = fmt.STATUS_CORRUPT
 COMPACT_HEADER_BYTES = compact.HEADER_BYTES
 COMPACT_MAX_PREFIX = compact.MAX_PREFIX_BYTES
-RUN_INDEX_MAX = compact.RUN_INDEX_MAX
 CONTEXTS = compact.CONTEXTS
 STATE_SIZE = compact.STATE_SIZE
 S_POS = compact.S_POS
 S_MAPPED = compact.S_MAPPED
+S_ERROR = compact.S_ERROR
 K_NIBBLE_BYTES = compact.K_NIBBLE_BYTES
 WRITER_STATE_SIZE = bitio.WRITER_STATE_SIZE
 
@@ -273,56 +277,33 @@ def gather_streams(out, slot_bytes, sizes, payload):
 
 
 @_njit
-def _decode_constant_or_raw(buf, start, end, tile, bits, kind):
+def _decode_uncoded(buf, start, kind, tile, bits):
+    """Fill tile from a constant or raw stream whose size has been checked."""
     height, width = tile.shape
-    bytes_per_sample = bits // 8
-    if kind == KIND_CONSTANT:
-        if end - start != 1 + bytes_per_sample:
-            return STATUS_BAD_SIZE
-        value = np.int64(buf[start + 1])
-        if bytes_per_sample == 2:
-            value |= np.int64(buf[start + 2]) << 8
-        tile[:, :] = value
-        return STATUS_OK
-    if end - start != 1 + bytes_per_sample * height * width:
-        return STATUS_BAD_SIZE
-    pos = start + 1
     for row in range(height):
         for col in range(width):
-            value = np.int64(buf[pos])
-            if bytes_per_sample == 2:
-                value |= np.int64(buf[pos + 1]) << 8
-            tile[row, col] = value
-            pos += bytes_per_sample
-    return STATUS_OK
+            tile[row, col] = uncoded_sample(buf, start, kind, row * width + col, bits // 8)
 
 
 @_njit
 def decode_compact_stream(buf, start, end, tile, bits):
     height, width = tile.shape
     kind = buf[start]
-    if kind != KIND_CODED:
-        return _decode_constant_or_raw(buf, start, end, tile, bits, kind)
-    if end - start < COMPACT_HEADER_BYTES:
-        return STATUS_BAD_SIZE
-    run_index = np.int64(buf[start + 1])
-    k_nibbles = np.int64(0)
-    for i in range(K_NIBBLE_BYTES):
-        k_nibbles |= np.int64(buf[start + 2 + i]) << (8 * i)
-    length_bits = np.int64(buf[start + 2 + K_NIBBLE_BYTES])
-    if run_index > RUN_INDEX_MAX or length_bits > 31 or k_nibbles >> (4 * CONTEXTS) != 0:
-        return STATUS_BAD_HEADER
-    table_pos = (start + COMPACT_HEADER_BYTES) * 8
-    pos = (start + COMPACT_HEADER_BYTES + (height * length_bits + 7) // 8) * 8
-    if pos > end * 8:
-        return STATUS_BAD_SIZE
+    status = uncoded_stream_status(kind, end - start, bits // 8, height * width)
+    if status != STATUS_OK or kind != KIND_CODED:
+        if status == STATUS_OK:
+            _decode_uncoded(buf, start, kind, tile, bits)
+        return status
+    status, run_index, k_nibbles, length_bits, table_pos, pos = compact_stream_layout(buf, start, end, height)
+    if status != STATUS_OK:
+        return status
     half = np.int64(1) << (bits - 1)
     state = np.empty(STATE_SIZE, np.int64)
     mapped_rows = np.zeros((2, width), np.int64)
     for row in range(height):
         mapped_here = mapped_rows[row % 2]
         mapped_above = mapped_rows[(row + 1) % 2]
-        row_end = pos + read_bits(buf, table_pos + row * length_bits, length_bits)
+        row_end = pos + compact_row_length(buf, table_pos, length_bits, row)
         if row_end > end * 8:
             return STATUS_BAD_SIZE
         if row_end == pos:  # a coded row takes at least one bit: zero means "copy the row above"
@@ -341,7 +322,7 @@ def decode_compact_stream(buf, start, end, tile, bits):
             tile[row, col] = decode_sample(buf, state, w, n, nw, mapped_above[col] if row > 0 else 0,
                                            width - col, bits)
             mapped_here[col] = state[S_MAPPED]
-        if state[S_POS] != row_end:
+        if state[S_POS] != row_end or state[S_ERROR]:
             return STATUS_CORRUPT
         pos = row_end
     if (pos + 7) // 8 != end:
@@ -353,14 +334,16 @@ def decode_compact_stream(buf, start, end, tile, bits):
 def decode_fast_stream(buf, start, end, tile, bits):
     height, width = tile.shape
     kind = buf[start]
-    if kind != KIND_CODED:
-        return _decode_constant_or_raw(buf, start, end, tile, bits, kind)
-    row_fields = groups_per_row(width) * width_field_bits(bits)
-    data_pos = (start + 1 + (height * row_fields + 7) // 8) * 8
-    if data_pos > end * 8:
-        return STATUS_BAD_SIZE
+    status = uncoded_stream_status(kind, end - start, bits // 8, height * width)
+    if status != STATUS_OK or kind != KIND_CODED:
+        if status == STATUS_OK:
+            _decode_uncoded(buf, start, kind, tile, bits)
+        return status
+    status, field_pos, row_fields, data_pos = fast_stream_layout(start, end, height, width, bits)
+    if status != STATUS_OK:
+        return status
     for row in range(height):
-        data_pos = decode_fast_row(buf, (start + 1) * 8 + row * row_fields, data_pos, tile, row, width, bits)
+        data_pos = decode_fast_row(buf, field_pos + row * row_fields, data_pos, tile, row, width, bits)
         if data_pos < 0:
             return STATUS_BAD_HEADER
         if data_pos > end * 8:
@@ -384,9 +367,7 @@ def decode_streams(buf, starts, ends, stream_ids, planes, origin_y, origin_x,
         y1 = min(y0 + tile_height, height)
         x1 = min(x0 + tile_width, width)
         tile = planes[channel, y0 - origin_y:y1 - origin_y, x0 - origin_x:x1 - origin_x]
-        if buf[starts[stream]] > KIND_RAW:
-            status[i] = STATUS_BAD_KIND
-        elif mode == MODE_COMPACT:
+        if mode == MODE_COMPACT:
             status[i] = decode_compact_stream(buf, starts[stream], ends[stream], tile, bits)
         else:
             status[i] = decode_fast_stream(buf, starts[stream], ends[stream], tile, bits)

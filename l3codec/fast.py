@@ -12,6 +12,7 @@ import numpy as np
 
 from .bitio import bit_length, peek_bits, put_bits, read_bits
 from .compact import med, unzigzag, zigzag
+from .format import STATUS_BAD_SIZE, STATUS_OK
 from .jit import device
 
 GROUP_SIZE = 16
@@ -26,6 +27,17 @@ def width_field_bits(bits):
 @device
 def groups_per_row(width):
     return (width + GROUP_SIZE - 1) // GROUP_SIZE
+
+
+@device
+def fast_stream_layout(start, end, height, width, bits):
+    """Locate a coded fast stream's parts: (status, bit position of the width fields,
+    width-field bits per row, bit position of the packed residuals)."""
+    row_fields = groups_per_row(width) * width_field_bits(bits)
+    data_pos = (start + 1 + (height * row_fields + 7) // 8) * 8
+    if data_pos > end * 8:
+        return STATUS_BAD_SIZE, 0, 0, 0
+    return STATUS_OK, (start + 1) * 8, row_fields, data_pos
 
 
 @device

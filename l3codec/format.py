@@ -71,9 +71,6 @@ HEADER_CRC_OFFSET = HEADER_DTYPE.fields["header_crc"][1]
 STREAM_END_DTYPE = np.dtype("<u4")
 assert STREAM_END_DTYPE.itemsize == 4
 
-# Largest stream the encoder writes before it falls back to KIND_RAW: kind byte + raw samples.
-RAW_STREAM_OVERHEAD = 1
-
 
 class L3Error(ValueError):
     """Raised for any malformed, corrupt or unsupported L3 data or argument."""

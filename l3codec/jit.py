@@ -20,9 +20,15 @@ def device(func):
 
 def compile_device_functions(modules, decorator) -> types.SimpleNamespace:
     namespace = {}
+    marked = {}
     for module in modules:
         namespace.update(vars(module))
-    marked = [value for value in list(namespace.values()) if getattr(value, "l3_device", False)]
+        for name, value in vars(module).items():
+            if getattr(value, "l3_device", False):
+                if marked.get(name, value) is not value:
+                    raise RuntimeError(f"two device functions are named {name}")
+                marked[name] = value
+    marked = list(marked.values())
     compiled = {}
     for func in marked:
         clone = types.FunctionType(func.__code__, namespace, func.__name__, func.__defaults__)
