@@ -17,7 +17,7 @@ from .jit import device
 
 # Regular contexts quantise local activity: the gradients |W-NW| + |N-NW| plus the mean
 # mapped residual of W and N (lane r-1 hands N's residual over with N's value).
-ACTIVITY_THRESHOLDS = (1, 3, 6, 10, 16, 26, 44)  # for 8-bit samples, scaled by 2**(bits-8)
+ACTIVITY_THRESHOLDS = np.array([1, 3, 6, 10, 16, 26, 44], dtype=np.int64)  # 8-bit; scaled by 2**(bits-8)
 REGULAR_CONTEXTS = len(ACTIVITY_THRESHOLDS) + 1
 INTERRUPT_CONTEXT = REGULAR_CONTEXTS  # the sample that ends a run has its own adaptive state
 CONTEXTS = REGULAR_CONTEXTS + 1

@@ -1,0 +1,38 @@
+"""A small matrix of GPU test batches, shared by the simulator and real-GPU tests."""
+
+import numpy as np
+
+import l3codec
+from images import make_image
+
+# (kind, height, width, channels, dtype, mode, tile_width, tile_height); tiny, with partial edge tiles
+IMAGES = [
+    ("smooth_noise", 13, 21, 3, np.uint8, "compact", 16, 32),
+    ("labels", 35, 18, 1, np.uint16, "compact", 16, 32),
+    ("noise", 5, 17, 2, np.uint8, "compact", 16, 32),
+    ("gradient", 9, 20, 4, np.uint16, "compact", 16, 32),
+    ("smooth_noise", 11, 19, 3, np.uint16, "fast", 16, 8),
+    ("labels", 10, 17, 1, np.uint8, "fast", 16, 8),
+    ("constant", 3, 5, 4, np.uint8, "fast", 16, 8),
+    ("extremes", 1, 1, 1, np.uint8, "compact", 16, 32),
+]
+
+
+def encoded_images(seed=3):
+    images, datas = [], []
+    for kind, h, w, c, dtype, mode, tw, th in IMAGES:
+        image = make_image(kind, h, w, c, dtype, seed)
+        images.append(image)
+        datas.append(l3codec.encode(image, mode=mode, tile_width=tw, tile_height=th))
+    return images, datas
+
+
+def crop_regions(images, seed=4):
+    """One random window per image."""
+    rng = np.random.default_rng(seed)
+    regions = []
+    for image in images:
+        height, width = image.shape[:2]
+        y, x = int(rng.integers(0, height)), int(rng.integers(0, width))
+        regions.append((y, x, int(rng.integers(1, height - y + 1)), int(rng.integers(1, width - x + 1))))
+    return regions
