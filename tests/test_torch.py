@@ -1,0 +1,63 @@
+"""l3codec.torch: CHW tensors, NCHW for same-shape batches, on the CPU here and on CUDA where present."""
+
+import numpy as np
+import pytest
+
+import l3codec
+from images import make_image
+
+torch = pytest.importorskip("torch")
+l3torch = pytest.importorskip("l3codec.torch")
+
+
+def _encode(image, **options):
+    return l3codec.encode(image, tile_width=16, **options)
+
+
+def test_same_shape_batch_is_nchw():
+    images = [make_image("smooth_noise", 20, 30, 3, np.uint8, seed) for seed in range(3)]
+    batch = l3torch.decode([_encode(i) for i in images], device="cpu")
+    assert batch.shape == (3, 3, 20, 30) and batch.dtype == torch.uint8
+    for tensor, image in zip(batch, images):
+        np.testing.assert_array_equal(l3torch.to_numpy_hwc(tensor), image)
+
+
+def test_mixed_shapes_give_a_list_of_chw():
+    images = [make_image("labels", 17, 9, 1, np.uint16, 1), make_image("gradient", 5, 40, 4, np.uint8, 2)]
+    tensors = l3torch.decode([_encode(images[0]), _encode(images[1], mode="fast")], device="cpu")
+    assert [tuple(t.shape) for t in tensors] == [(1, 17, 9), (4, 5, 40)]
+    assert tensors[0].dtype == torch.uint16
+    for tensor, image in zip(tensors, images):
+        np.testing.assert_array_equal(l3torch.to_numpy_hwc(tensor), image)
+
+
+def test_single_item_and_region():
+    image = make_image("smooth_noise", 40, 50, 3, np.uint8, 4)
+    data = _encode(image)
+    assert tuple(l3torch.decode(data, device="cpu").shape) == (3, 40, 50)
+    crop = l3torch.decode(data, device="cpu", regions=(5, 7, 20, 30))
+    np.testing.assert_array_equal(l3torch.to_numpy_hwc(crop), image[5:25, 7:37])
+    crops = l3torch.decode([data, data], device="cpu", regions=[(0, 0, 8, 8), (30, 40, 8, 8)])
+    assert crops.shape == (2, 3, 8, 8)
+    np.testing.assert_array_equal(l3torch.to_numpy_hwc(crops[1]), image[30:38, 40:48])
+
+
+def test_bad_input_raises_l3error():
+    data = _encode(make_image("gradient", 8, 8, 1, np.uint8))
+    with pytest.raises(l3codec.L3Error):
+        l3torch.decode([data, data[:-2]], device="cpu")
+    with pytest.raises(l3codec.L3Error, match="regions"):
+        l3torch.decode([data], device="cpu", regions=[None, None])
+    with pytest.raises(l3codec.L3Error, match="device"):
+        l3torch.decode(data, device="meta")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("backend", ["cupy", "numba"])
+def test_cuda_decode_matches_cpu(backend):
+    images = [make_image("smooth_noise", 64, 70, 3, np.uint8, s) for s in range(4)]
+    datas = [_encode(i) for i in images]
+    batch = l3torch.decode(datas, device="cuda", backend=backend)
+    assert batch.is_cuda and batch.shape == (4, 3, 64, 70)
+    for tensor, image in zip(batch, images):
+        np.testing.assert_array_equal(l3torch.to_numpy_hwc(tensor), image)
