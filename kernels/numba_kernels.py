@@ -8,8 +8,8 @@ one block per task (a tile of an item), items and tasks as int64 matrices.
 
 compact: block (32, channels). Lane r decodes row r of channel y as a wavefront:
 pixel (r, c) at step r + c, after lane r - 1 wrote (r - 1, c) into shared memory
-at the previous step. fast: block (FAST_THREADS,). Each row decodes in parallel,
-even columns, then odd ones.
+at the previous step. fast: one thread per pair of columns. Each row decodes in
+parallel: residuals from the group widths, then even columns, then odd ones.
 """
 
 from __future__ import annotations
@@ -37,9 +37,10 @@ groups_per_row = _dev.groups_per_row
 predict = _dev.predict
 unzigzag = _dev.unzigzag
 
-# The simulator runs every thread as a Python thread: one warp keeps its runs short.
-FAST_THREADS = 32 if config.ENABLE_CUDASIM else 256
 WARP = 32
+# Most threads a fast block uses. The simulator runs every thread as a Python thread:
+# one warp keeps its runs short.
+FAST_THREADS = 32 if config.ENABLE_CUDASIM else 1024
 TILE_SAMPLE = np.dtype(np.uint16)  # shared staging holds 8- and 16-bit samples alike
 MAX_GROUPS = fmt.MAX_TILE_WIDTH // fast.GROUP_SIZE
 GROUP_STARTS = MAX_GROUPS + 1  # shared array sizes must be plain constants
@@ -119,7 +120,7 @@ def write_tile(tiles, items, item, y0, x0, h, w, out, thread, threads):
 
 
 @cuda.jit
-def decode_compact(data, stream_starts, stream_ends, items, tasks, tile_stride, out, status):
+def decode_compact(data, stream_starts, stream_ends, items, tasks, tile_rows, tile_stride, out, status):
     shared = cuda.shared.array(0, dtype=TILE_SAMPLE)
     mapped_slots = cuda.shared.array((2, 4, WARP), dtype=np.int64)
     state = cuda.local.array(STATE_SIZE, dtype=np.int64)
@@ -129,8 +130,8 @@ def decode_compact(data, stream_starts, stream_ends, items, tasks, tile_stride, 
     item = tasks[task, T_ITEM]
     channels = items[item, I_CHANNELS]
     bits = items[item, I_BITS]
-    planes = np.int64(cuda.blockDim.y)
-    tiles = shared[: planes * WARP * tile_stride].reshape((planes, np.int64(WARP), tile_stride))
+    planes = shared.shape[0] // (tile_rows * tile_stride)
+    tiles = shared[: planes * tile_rows * tile_stride].reshape((planes, tile_rows, tile_stride))
     tile_height = items[item, I_TILE_HEIGHT]
     tile_width = items[item, I_TILE_WIDTH]
     y0 = tasks[task, T_TILE_Y] * tile_height
@@ -198,7 +199,7 @@ def decode_compact(data, stream_starts, stream_ends, items, tasks, tile_stride, 
 
 
 @cuda.jit
-def decode_fast(data, stream_starts, stream_ends, items, tasks, tile_stride, out, status):
+def decode_fast(data, stream_starts, stream_ends, items, tasks, tile_rows, tile_stride, out, status):
     shared = cuda.shared.array(0, dtype=TILE_SAMPLE)
     group_starts = cuda.shared.array(GROUP_STARTS, dtype=np.int64)
     group_widths = cuda.shared.array(MAX_GROUPS, dtype=np.int64)
@@ -210,8 +211,8 @@ def decode_fast(data, stream_starts, stream_ends, items, tasks, tile_stride, out
     bits = items[item, I_BITS]
     tile_height = items[item, I_TILE_HEIGHT]
     tile_width = items[item, I_TILE_WIDTH]
-    rows = shared.shape[0] // (4 * tile_stride)
-    tiles = shared[: 4 * rows * tile_stride].reshape((np.int64(4), rows, tile_stride))
+    planes = shared.shape[0] // (tile_rows * tile_stride)
+    tiles = shared[: planes * tile_rows * tile_stride].reshape((planes, tile_rows, tile_stride))
     y0 = tasks[task, T_TILE_Y] * tile_height
     x0 = tasks[task, T_TILE_X] * tile_width
     h = min(tile_height, items[item, I_HEIGHT] - y0)
@@ -273,15 +274,18 @@ def decode_fast(data, stream_starts, stream_ends, items, tasks, tile_stride, out
 
 
 def launch_geometry(launch) -> tuple:
-    """(grid, block, dynamic shared bytes, tile stride) for a batch.Launch."""
-    stride = launch.max_tile_width
+    """(grid, block, dynamic shared bytes, tile rows, tile stride) for a batch.Launch.
+
+    Shared memory stages every channel of a tile: max_channels planes of tile_rows x stride.
+    """
+    rows, stride = launch.max_tile_height, launch.max_tile_width
     if launch.mode == fmt.MODE_COMPACT:
         block = (WARP, launch.max_channels)
-        shared = launch.max_channels * WARP * stride * TILE_SAMPLE.itemsize
     else:
-        block = (FAST_THREADS,)
-        shared = 4 * launch.max_tile_height * stride * TILE_SAMPLE.itemsize
-    return (len(launch.tasks),), block, shared, stride
+        # one thread per column pair: every thread is busy in both the even and the odd phase
+        block = (min(FAST_THREADS, max(WARP, (stride // 2 + WARP - 1) // WARP * WARP)),)
+    shared = launch.max_channels * rows * stride * TILE_SAMPLE.itemsize
+    return (len(launch.tasks),), block, shared, rows, stride
 
 
 def kernel_for(mode: int):

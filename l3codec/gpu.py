@@ -92,12 +92,12 @@ def _run_numba(prepared, out, stream):
         out_bytes = _check_out(prepared, cuda.as_cuda_array(out), lambda a: a.size)
     status = np.zeros(len(prepared.infos), np.int32)
     for launch in prepared.launches:
-        grid, block, shared, stride = numba_kernels.launch_geometry(launch)
+        grid, block, shared, rows, stride = numba_kernels.launch_geometry(launch)
         items = cuda.to_device(launch.items.view(np.int64).reshape(len(launch.items), -1), stream=stream)
         tasks = cuda.to_device(launch.tasks.view(np.int64).reshape(len(launch.tasks), -1), stream=stream)
         launch_status = cuda.to_device(np.zeros(len(launch.items), np.int32), stream=stream)
         kernel = numba_kernels.kernel_for(launch.mode)
-        kernel[grid, block, stream, shared](data, starts, ends, items, tasks, stride, out_bytes, launch_status)
+        kernel[grid, block, stream, shared](data, starts, ends, items, tasks, rows, stride, out_bytes, launch_status)
         status[launch.item_index] = launch_status.copy_to_host(stream=stream)
     stream.synchronize()
     return out_bytes, status

@@ -61,6 +61,7 @@ def test_kernels_type_check_for_sm90():
         types.int64[:, ::1],
         types.int64[:, ::1],
         types.int64,
+        types.int64,
         types.uint8[::1],
         types.int32[::1],
     )
