@@ -44,6 +44,7 @@ FAST_THREADS = 32 if config.ENABLE_CUDASIM else 1024
 TILE_SAMPLE = np.dtype(np.uint16)  # shared staging holds 8- and 16-bit samples alike
 MAX_GROUPS = fmt.MAX_TILE_WIDTH // fast.GROUP_SIZE
 GROUP_STARTS = MAX_GROUPS + 1  # shared array sizes must be plain constants
+MAX_TILE_WIDTH = fmt.MAX_TILE_WIDTH
 
 # Column indices of the int64 views of batch.ITEM_DTYPE and batch.TASK_DTYPE records.
 _ITEM = {name: i for i, name in enumerate(batch.ITEM_DTYPE.names)}
@@ -203,6 +204,7 @@ def decode_fast(data, stream_starts, stream_ends, items, tasks, tile_rows, tile_
     shared = cuda.shared.array(0, dtype=TILE_SAMPLE)
     group_starts = cuda.shared.array(GROUP_STARTS, dtype=np.int64)
     group_widths = cuda.shared.array(MAX_GROUPS, dtype=np.int64)
+    scan_scratch = cuda.shared.array(MAX_TILE_WIDTH, dtype=TILE_SAMPLE)
     thread = cuda.threadIdx.x
     threads = cuda.blockDim.x
     task = cuda.blockIdx.x
@@ -255,10 +257,21 @@ def decode_fast(data, stream_starts, stream_ends, items, tasks, tile_rows, tile_
                 tile[row, col] = read_bits(data, group_starts[group] + (col % GROUP_SIZE) * width, width)
             cuda.syncthreads()
             if row == 0:
-                if thread == 0:  # row 0 is a running sum along the row
-                    for col in range(w):
-                        tile[row, col] = (predict(tile, row, col, w, bits) + unzigzag(np.int64(tile[row, col]))) & mask
+                # row 0 is a running sum mod 2**bits from half: a parallel (Hillis-Steele) scan
+                for col in range(thread, w, threads):
+                    first = (np.int64(1) << (bits - 1)) if col == 0 else 0
+                    tile[0, col] = (first + unzigzag(np.int64(tile[0, col]))) & mask
                 cuda.syncthreads()
+                offset = 1
+                while offset < w:
+                    for col in range(thread, w, threads):
+                        carry = np.int64(tile[0, col - offset]) if col >= offset else 0
+                        scan_scratch[col] = (np.int64(tile[0, col]) + carry) & mask
+                    cuda.syncthreads()
+                    for col in range(thread, w, threads):
+                        tile[0, col] = scan_scratch[col]
+                    cuda.syncthreads()
+                    offset *= 2
             else:
                 for parity in range(2):  # even columns need the row above, odd ones their even neighbours
                     for col in range(2 * thread + parity, w, 2 * threads):
