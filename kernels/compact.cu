@@ -1,0 +1,334 @@
+// `compact` mode GPU decoder: one block per tile, one warp per channel, a wavefront per warp.
+//
+// Every row of a 32-row tile-channel is its own bitstream with its own adaptive state
+// (l3codec/compact.py). Lane r of warp `channel` owns row r; at step s it decodes pixel
+// (r, s - r). Its N and N's mapped residual are what lane r - 1 produced at step s - 1
+// (one __shfl_up_sync), NW is the N it received one step earlier (a register), W and
+// WW are its own previous outputs. Lanes find their row's first bit from the row-length
+// table with a warp prefix sum. The adaptive sums and counts live in shared memory,
+// indexed [context][lane]; everything else in registers.
+//
+// Decoded samples are staged in a ring of columns in dynamic shared memory. A tile up to
+// 128 columns wide is staged whole: after the wavefront, a __syncthreads, then the block
+// writes the tile's intersection with the region (all channels, inverse colour
+// transform, consecutive threads on consecutive samples). A wider tile goes through a
+// 128-column ring in strips of 96 steps, writing after each strip the columns every row
+// has finished, so shared memory stays under 48 KiB whatever the tile width (a default
+// 512-wide tile of 4 16-bit channels would need 128 KiB staged whole). blockDim =
+// (32, max_channels): warps with threadIdx.y >= channels only take part in the barriers
+// and the writing.
+#include "l3_common.cuh"
+
+namespace l3 {
+
+// One row decoder (compact.py's S_* state array), kept in registers.
+struct CompactRow {
+    long long pos;  // S_POS
+    int run_left;   // S_RUN_LEFT
+    int run_value;  // S_RUN_VALUE
+    int run_index;  // S_RUN_INDEX
+    int mapped;     // S_MAPPED: mapped residual of the last sample (W's for the next one)
+    bool interrupt;  // S_INTERRUPT
+};
+
+// compact.decode_mapped; ctx_a/ctx_n point at this lane's sums and counts (stride 32 per context).
+template <int BITS>
+L3_DEVICE int decode_mapped(const unsigned char* __restrict__ data, long long size, CompactRow& row, int* ctx_a,
+                            int* ctx_n, int ctx) {
+    int a = ctx_a[ctx * 32];
+    int n = ctx_n[ctx * 32];
+    const int k = rice_parameter<BITS>(a, n);
+    const unsigned long long window = peek_bits(data, size, row.pos);
+    const unsigned unary = (unsigned)window & ((1u << UNARY_LIMIT) - 1);
+    int mapped;
+    if (unary != 0) {  // q zero bits, a one bit, then k bits
+        const int q = __ffs(unary) - 1;
+        mapped = (q << k) | (int)((window >> (q + 1)) & ((1ull << k) - 1));
+        row.pos += q + 1 + k;
+    } else {  // escape: UNARY_LIMIT zero bits, then the mapped residual in BITS bits
+        mapped = (int)((window >> UNARY_LIMIT) & ((1ull << BITS) - 1));
+        row.pos += UNARY_LIMIT + BITS;
+    }
+    a += min_of(mapped, 1 << (k + ADAPT_CAP_SHIFT));
+    n += 1;
+    if (n == RESET_COUNT) {
+        a >>= 1;
+        n >>= 1;
+    }
+    ctx_a[ctx * 32] = a;
+    ctx_n[ctx * 32] = n;
+    row.mapped = mapped;
+    return mapped;
+}
+
+// compact.decode_run_length: the loop ends because every 1 bit adds a chunk of at least one
+// sample and a chunk reaching `remaining` returns.
+L3_DEVICE int decode_run_length(const unsigned char* __restrict__ data, long long size, CompactRow& row,
+                                int remaining) {
+    int run = 0;
+    for (;;) {
+        const int index = row.run_index;
+        const int order = run_order(index);
+        const int chunk = 1 << order;
+        const unsigned long long window = peek_bits(data, size, row.pos);
+        if (window & 1) {
+            row.pos += 1;
+            if (chunk >= remaining - run) {
+                if (chunk == remaining - run && index < RUN_INDEX_MAX) row.run_index = index + 1;
+                return remaining;
+            }
+            run += chunk;
+            if (index < RUN_INDEX_MAX) row.run_index = index + 1;
+        } else {
+            run += (int)((window >> 1) & (unsigned long long)(chunk - 1));
+            row.pos += 1 + order;
+            if (run > remaining - 1) run = remaining - 1;  // only a corrupt stream gets here
+            if (index > 0) row.run_index = index - 1;
+            row.interrupt = true;
+            return run;
+        }
+    }
+}
+
+// compact.decode_interruption
+template <int BITS>
+L3_DEVICE int decode_interruption(const unsigned char* __restrict__ data, long long size, CompactRow& row,
+                                  int* ctx_a, int* ctx_n, int w, int n) {
+    int mapped = decode_mapped<BITS>(data, size, row, ctx_a, ctx_n, INTERRUPT_CONTEXT);
+    if (n == w) mapped += 1;
+    return (n + unzigzag(mapped)) & ((1 << BITS) - 1);
+}
+
+// compact.decode_sample
+template <int BITS>
+L3_DEVICE int decode_sample(const unsigned char* __restrict__ data, long long size, CompactRow& row, int* ctx_a,
+                            int* ctx_n, int w, int n, int nw, int mapped_n, int remaining) {
+    if (row.run_left > 0) {
+        row.run_left -= 1;
+        row.mapped = 0;
+        return row.run_value;
+    }
+    if (row.interrupt) {
+        row.interrupt = false;
+        return decode_interruption<BITS>(data, size, row, ctx_a, ctx_n, w, n);
+    }
+    if (w == n && n == nw) {
+        const int run = decode_run_length(data, size, row, remaining);
+        if (run > 0) {
+            row.run_value = w;
+            row.run_left = run - 1;
+            row.mapped = 0;
+            return w;
+        }
+        row.interrupt = false;
+        return decode_interruption<BITS>(data, size, row, ctx_a, ctx_n, w, n);
+    }
+    const int ctx = activity_context<BITS>(w, n, nw, mapped_n, row.mapped);
+    const int mapped = decode_mapped<BITS>(data, size, row, ctx_a, ctx_n, ctx);
+    return (med(w, n, nw) + unzigzag(mapped)) & ((1 << BITS) - 1);
+}
+
+template <typename T, int BITS>
+L3_DEVICE void decode_compact_tile(const unsigned char* __restrict__ data, long long data_size,
+                                   const long long* __restrict__ stream_starts,
+                                   const long long* __restrict__ stream_ends, const L3Item* __restrict__ items,
+                                   const L3Task* __restrict__ tasks, long long task_count,
+                                   unsigned char* __restrict__ out, int* __restrict__ status) {
+    if ((long long)blockIdx.x >= task_count) return;
+    const L3Task task = tasks[blockIdx.x];
+    const L3Item& item = items[task.item];
+    const int channels = (int)item.channels;
+    // a launch that does not fit the item (wrong sample size, too few warps) reports instead of decoding
+    if (item.bits != BITS || blockDim.x != 32 || (int)blockDim.y < channels || blockDim.z != 1) {
+        if (threadIdx.x == 0 && threadIdx.y == 0) report_status(status, task.item, STATUS_BAD_HEADER);
+        return;
+    }
+    const int lane = threadIdx.x;
+    const int channel = threadIdx.y;
+    const long long tile_y0 = task.tile_y * COMPACT_TILE_HEIGHT;
+    const long long tile_x0 = task.tile_x * item.tile_width;
+    const int h = (int)min_of((long long)COMPACT_TILE_HEIGHT, item.height - tile_y0);
+    const int w = (int)min_of(item.tile_width, item.width - tile_x0);
+    const int ring = compact_ring_columns(item.tile_width);
+    const bool whole_tile = item.tile_width <= ring;  // the ring holds the whole tile: written once
+    const bool decoding = channel < channels;
+    const long long stream = item.stream_base + (task.tile_y * item.tiles_x + task.tile_x) * channels + channel;
+
+    // shared memory: TileWriter | per channel: sums [CONTEXTS][32], counts [CONTEXTS][32], row ends [32] | stage
+    unsigned char* smem = l3_dynamic_shared();
+    TileWriter& writer = *reinterpret_cast<TileWriter*>(smem);
+    unsigned char* state = smem + COMPACT_HEADER_SHARED_BYTES + (decoding ? channel : 0) * COMPACT_STATE_BYTES;
+    int* ctx_a = reinterpret_cast<int*>(state) + lane;
+    int* ctx_n = ctx_a + CONTEXTS * 32;
+    long long& row_end = reinterpret_cast<long long*>(state + 2 * CONTEXTS * 32 * 4)[lane];
+    T* stage = reinterpret_cast<T*>(smem + COMPACT_HEADER_SHARED_BYTES + channels * COMPACT_STATE_BYTES);
+    T* my_stage = stage + ((decoding ? channel : 0) * COMPACT_TILE_HEIGHT + lane) * ring;
+    if (threadIdx.x == 0 && threadIdx.y == 0) init_tile_writer(writer, item, out, tile_y0, tile_x0, h, w, sizeof(T));
+
+    // ---- stream header (every lane of the warp reads the same bytes, so branches are warp-uniform)
+    int source = SOURCE_ZERO;
+    // the stream's status, or for a coded stream this row's check that precedes decoding
+    // (cpu.decode_compact_stream order); the row's decoding is checked after the wavefront
+    int lane_status = STATUS_OK;
+    bool copy_row = false;
+    CompactRow row = {0, 0, 0, 0, 0, false};  // a constant stream keeps its value in run_value, raw its row in pos
+    if (decoding) {
+        const long long start = stream_starts[stream];
+        const long long end = stream_ends[stream];
+        const int kind = (int)load_byte(data, data_size, start);
+        row_end = 0;
+        if (kind > KIND_RAW) {
+            lane_status = STATUS_BAD_KIND;
+        } else if (kind == KIND_CONSTANT) {
+            if (end - start != 1 + (long long)sizeof(T)) {
+                lane_status = STATUS_BAD_SIZE;
+            } else {
+                row.run_value = (int)load_sample<T>(data, data_size, start + 1);
+                source = SOURCE_CONSTANT;
+            }
+        } else if (kind == KIND_RAW) {
+            if (end - start != 1 + (long long)sizeof(T) * h * w) {
+                lane_status = STATUS_BAD_SIZE;
+            } else {
+                row.pos = start + 1 + (long long)lane * w * (long long)sizeof(T);
+                source = SOURCE_RAW;
+            }
+        } else if (end - start < COMPACT_HEADER_BYTES) {
+            lane_status = STATUS_BAD_SIZE;
+        } else {
+            const int run_index = (int)load_byte(data, data_size, start + 1);
+            unsigned long long k_nibbles = 0;
+            for (int i = 0; i < K_NIBBLE_BYTES; ++i)
+                k_nibbles |= (unsigned long long)load_byte(data, data_size, start + 2 + i) << (8 * i);
+            const int length_bits = (int)load_byte(data, data_size, start + 2 + K_NIBBLE_BYTES);
+            const long long table_pos = (start + COMPACT_HEADER_BYTES) * 8;
+            const long long rows_pos = (start + COMPACT_HEADER_BYTES + (h * length_bits + 7) / 8) * 8;
+            if (run_index > RUN_INDEX_MAX || length_bits > 31 || (k_nibbles >> (4 * CONTEXTS)) != 0) {
+                lane_status = STATUS_BAD_HEADER;
+            } else if (rows_pos > end * 8) {
+                lane_status = STATUS_BAD_SIZE;
+            } else {
+                const long long length =
+                    lane < h ? (long long)read_bits(data, data_size, table_pos + lane * length_bits, length_bits) : 0;
+                row.pos = rows_pos + warp_inclusive_scan(length, lane) - length;
+                row_end = row.pos + length;
+                if (lane < h) {
+                    if (row.pos + length > end * 8)
+                        lane_status = STATUS_BAD_SIZE;
+                    else if (length == 0 && lane == 0)
+                        lane_status = STATUS_CORRUPT;
+                }
+                copy_row = length == 0 && lane > 0;  // a zero row length copies the row above
+                row.run_index = run_index;
+                for (int ctx = 0; ctx < CONTEXTS; ++ctx) {
+                    // a mean mapped residual of 1.5 * 2**k, weighted as one sample (compact.row_state_init)
+                    ctx_a[ctx * 32] = (3 << ((k_nibbles >> (4 * ctx)) & 15)) >> 1;
+                    ctx_n[ctx * 32] = 1;
+                }
+                source = SOURCE_CODED;
+            }
+        }
+    }
+
+    // ---- the wavefront, in strips of `strip` steps between writes
+    const int steps = w + h - 1;
+    const int strip = whole_tile ? steps : ring - COMPACT_TILE_HEIGHT;
+    int x_w = 0;   // this row's last sample: W of the next one
+    int x_ww = 0;  // the one before: WW (row 0)
+    int x_nw = 0;  // N received at the previous step: NW of this one
+    int out_value = 0, out_mapped = 0;  // what this lane produced at the last step
+    int written = 0;  // columns already written out
+    for (int s0 = 0; s0 < steps; s0 += strip) {
+        const int s1 = min_of(s0 + strip, steps);
+        if (decoding) {
+            for (int s = s0; s < s1; ++s) {
+                const unsigned long long mine = ((unsigned long long)(unsigned)out_mapped << 32) | (unsigned)out_value;
+                const unsigned long long above = __shfl_up_sync(L3_FULL_MASK, mine, 1);
+                const int up = (int)(unsigned)above;
+                const int col = s - lane;
+                if (lane < h && col >= 0 && col < w) {
+                    int x;
+                    int m = 0;
+                    if (source == SOURCE_CODED) {
+                        if (copy_row) {
+                            x = up;
+                        } else {
+                            int nw_, n_, w_;
+                            if (lane == 0) {
+                                if (col == 0) {
+                                    w_ = n_ = nw_ = 1 << (BITS - 1);
+                                } else {
+                                    w_ = n_ = x_w;
+                                    nw_ = col == 1 ? x_w : x_ww;
+                                }
+                            } else if (col == 0) {
+                                w_ = n_ = nw_ = up;
+                            } else {
+                                w_ = x_w;
+                                n_ = up;
+                                nw_ = x_nw;
+                            }
+                            const int mapped_up = lane > 0 ? (int)(above >> 32) : 0;
+                            x = decode_sample<BITS>(data, data_size, row, ctx_a, ctx_n, w_, n_, nw_, mapped_up,
+                                                    w - col);
+                            m = row.mapped;
+                        }
+                    } else if (source == SOURCE_CONSTANT) {
+                        x = row.run_value;
+                    } else if (source == SOURCE_RAW) {
+                        x = (int)load_sample<T>(data, data_size, row.pos + (long long)col * (long long)sizeof(T));
+                    } else {
+                        x = 0;
+                    }
+                    my_stage[col & (ring - 1)] = (T)x;
+                    x_ww = x_w;
+                    x_w = x;
+                    out_value = x;
+                    out_mapped = m;
+                }
+                x_nw = up;
+            }
+        }
+        __syncthreads();
+        // after steps [0, s1) row r has columns [0, s1 - r): all h rows have [0, s1 - h + 1)
+        const int done = s1 == steps ? w : max_of(written, s1 - h + 1);
+        const T* staged = stage;
+        write_tile_part<T, BITS>(writer, 0, h, written, done, channel * 32 + lane, blockDim.x * blockDim.y,
+                                 [&](int c, int r, int col) -> unsigned {
+                                     return staged[(c * COMPACT_TILE_HEIGHT + r) * ring + (col & (ring - 1))];
+                                 });
+        written = done;
+        __syncthreads();
+    }
+
+    // ---- status: the first failing row in row order, as the CPU decoder stops there
+    if (decoding) {
+        int code = lane_status;
+        if (source == SOURCE_CODED) {
+            if (lane_status == STATUS_OK && lane < h && !copy_row && row.pos != row_end) lane_status = STATUS_CORRUPT;
+            const unsigned failing = __ballot_sync(L3_FULL_MASK, lane_status != STATUS_OK);
+            const int first = failing ? __ffs(failing) - 1 : h - 1;
+            code = __shfl_sync(L3_FULL_MASK, lane_status, first);
+            // the stream ends in the byte holding its last bit
+            if (!failing && (reinterpret_cast<long long*>(state + 2 * CONTEXTS * 32 * 4)[h - 1] + 7) / 8 !=
+                                stream_ends[stream])
+                code = STATUS_BAD_SIZE;
+        }
+        if (lane == 0) report_status(status, task.item, code);
+    }
+}
+
+}  // namespace l3
+
+#define L3_COMPACT_KERNEL(name, T, BITS)                                                                      \
+    extern "C" __global__ void __launch_bounds__(128, 8)                                                        \
+        name(const unsigned char* __restrict__ data, long long data_size,                                    \
+             const long long* __restrict__ stream_starts, const long long* __restrict__ stream_ends,         \
+             const L3Item* __restrict__ items, const L3Task* __restrict__ tasks, long long task_count,      \
+             unsigned char* __restrict__ out, int* __restrict__ status) {                                    \
+        l3::decode_compact_tile<T, BITS>(data, data_size, stream_starts, stream_ends, items, tasks, task_count, \
+                                         out, status);                                                       \
+    }
+
+L3_COMPACT_KERNEL(l3_decode_compact_u8, unsigned char, 8)
+L3_COMPACT_KERNEL(l3_decode_compact_u16, unsigned short, 16)

@@ -1,0 +1,310 @@
+"""The CUDA C decoders (kernels/compact.cu, kernels/fast.cu): build, launch geometry, launch, ptxas report.
+
+Launch ABI (all four kernels)::
+
+    kernel(const uint8* data, int64 data_size, const int64* stream_starts, const int64* stream_ends,
+           const L3Item* items, const L3Task* tasks, int64 task_count, uint8* out, int32* status)
+
+with the tables of ``l3codec.batch.prepare`` (L3Item/L3Task mirror ITEM_DTYPE/TASK_DTYPE in
+kernels/l3_batch.cuh), gridDim.x = task_count, blockDim = :func:`block_shape`, dynamic
+shared memory = :func:`shared_memory_bytes`, status zeroed by the host (one int32 per
+item of the launch: the first nonzero STATUS_* of the item's streams). ``data`` at an
+8-byte aligned address takes the word load path (any address works, slower); ``out``
+must be aligned to the sample size.
+
+This module imports without cupy; cupy is imported inside the functions that need it, and
+:func:`compile_report` needs only ``cuda.bindings`` (NVRTC).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from pathlib import Path
+
+import numpy as np
+
+KERNEL_DIR = Path(__file__).resolve().parent
+SOURCES = ("compact.cu", "fast.cu")
+MODE_COMPACT = 0
+MODE_FAST = 1
+KERNELS = {
+    (MODE_COMPACT, 8): ("compact.cu", "l3_decode_compact_u8"),
+    (MODE_COMPACT, 16): ("compact.cu", "l3_decode_compact_u16"),
+    (MODE_FAST, 8): ("fast.cu", "l3_decode_fast_u8"),
+    (MODE_FAST, 16): ("fast.cu", "l3_decode_fast_u16"),
+}
+COMPILE_OPTIONS = ("-std=c++17", f"-I{KERNEL_DIR}")
+
+# Registers per thread that every kernel must fit without spilling (checked by the tests
+# through compile_report). 64 lets an SM hold 1024 resident threads (32 warps, half of
+# sm_80/sm_90's 2048): enough warps to hide the dependent-load latency of the bit readers,
+# and the kernels' __launch_bounds__ (256 x 4 blocks, 128 x 8 blocks) ask ptxas for it.
+REGISTER_BUDGET = 64
+
+# Mirrors of kernels/l3_common.cuh (tests compare them with the C functions).
+COMPACT_TILE_HEIGHT = 32
+COMPACT_HEADER_BYTES = 64  # the TileWriter
+# per channel: the sums and counts of 9 contexts x 32 rows, and the 32 row ends
+COMPACT_STATE_BYTES = 2 * 9 * 32 * 4 + 32 * 8
+COMPACT_RING_MAX = 128  # columns staged at once
+FAST_THREADS = 256
+FAST_FIXED_BYTES = 1248  # sizeof(FastShared)
+FAST_STAGE_BUDGET = 32768
+# above this a kernel must opt in (cudaFuncAttributeMaxDynamicSharedMemorySize)
+DEFAULT_SHARED_LIMIT = 48 * 1024
+
+
+def compact_ring_columns(tile_width):
+    """Columns of the compact staging ring: the tile width rounded up to a power of two, at most 128."""
+    tile_width = np.asarray(tile_width, np.int64)
+    ring = np.full(tile_width.shape, 16, np.int64)
+    while np.any((ring < tile_width) & (ring < COMPACT_RING_MAX)):
+        ring = np.where((ring < tile_width) & (ring < COMPACT_RING_MAX), ring * 2, ring)
+    return ring
+
+
+def fast_ring_rows(channels, tile_width, tile_height, sample_bytes):
+    """Rows of the fast staging ring: FAST_STAGE_BUDGET worth, at least 2, at most tile_height + 1."""
+    rows = FAST_STAGE_BUDGET // (np.asarray(channels, np.int64) * tile_width * sample_bytes)
+    return np.maximum(np.minimum(rows, np.asarray(tile_height, np.int64) + 1), 2)
+
+
+def block_shape(launch) -> tuple:
+    """blockDim for a launch: (32, max_channels, 1) for compact (a warp per channel), (256, 1, 1) for fast."""
+    if launch.mode == MODE_COMPACT:
+        return (32, int(launch.max_channels), 1)
+    return (FAST_THREADS, 1, 1)
+
+
+def shared_memory_bytes(launch) -> int:
+    """Dynamic shared memory bytes for a launch: the largest need of its items.
+
+    compact: 64 + channels * (COMPACT_STATE_BYTES + 32 * ring * sample_bytes), ring =
+    compact_ring_columns(tile_width) (at most 41 KiB: 4 channels, 16-bit).
+    fast: FAST_FIXED_BYTES + ring * channels * tile_width * sample_bytes, ring =
+    fast_ring_rows(...) (about 33 KiB, more only when two rows of the tile exceed the budget:
+    up to 65 KiB for 4096-wide 4-channel 16-bit tiles).
+    """
+    items = launch.items
+    sample_bytes = launch.bits // 8
+    channels = items["channels"].astype(np.int64)
+    tile_width = items["tile_width"].astype(np.int64)
+    if launch.mode == MODE_COMPACT:
+        need = COMPACT_HEADER_BYTES + channels * (
+            COMPACT_STATE_BYTES + COMPACT_TILE_HEIGHT * compact_ring_columns(tile_width) * sample_bytes
+        )
+    else:
+        rows = fast_ring_rows(channels, tile_width, items["tile_height"], sample_bytes)
+        need = FAST_FIXED_BYTES + rows * channels * tile_width * sample_bytes
+    return int(need.max())
+
+
+def kernel_name(launch) -> str:
+    return KERNELS[(launch.mode, launch.bits)][1]
+
+
+def source_text(filename: str) -> str:
+    """A kernel source with a #line directive, so compiler messages name the real file."""
+    path = KERNEL_DIR / filename
+    return f'#line 1 "{path}"\n' + path.read_text()
+
+
+# ---------------------------------------------------------------- CuPy: build and launch
+
+_modules: dict = {}
+_modules_lock = threading.Lock()
+
+
+def load_module(filename: str, device=None):
+    """The cupy.RawModule of kernels/<filename>, built once per (device id, compute capability).
+
+    CuPy compiles with NVRTC straight to a cubin for the device's architecture when this
+    NVRTC knows it, and to PTX for the driver to finish otherwise (or when
+    CUPY_COMPILE_WITH_PTX is set). PTX newer than the driver cannot load: that case
+    raises a RuntimeError that says so.
+    """
+    import cupy
+
+    device = cupy.cuda.Device() if device is None else cupy.cuda.Device(device)
+    key = (filename, int(device.id), str(device.compute_capability))
+    with _modules_lock:
+        module = _modules.get(key)
+        if module is not None:
+            return module
+        with device:
+            module = cupy.RawModule(code=source_text(filename), options=COMPILE_OPTIONS)
+            try:
+                module.get_function(next(name for f, name in KERNELS.values() if f == filename))
+            except Exception as error:  # CuPy raises its driver error types; their text names the cause
+                text = str(error)
+                if "UNSUPPORTED_PTX_VERSION" in text or "NO_BINARY_FOR_GPU" in text or "INVALID_PTX" in text:
+                    raise RuntimeError(
+                        f"cannot load the l3codec CUDA kernels on device {device.id} (sm_{device.compute_capability}):"
+                        f" NVRTC {_nvrtc_version(cupy)} produced PTX that this driver"
+                        f" (CUDA {_driver_version(cupy)}) cannot compile ({text}). Update the NVIDIA driver,"
+                        " or install a CUDA runtime/NVRTC that knows this GPU's architecture so CuPy"
+                        " compiles a cubin (and unset CUPY_COMPILE_WITH_PTX)."
+                    ) from error
+                raise
+        _modules[key] = module
+        return module
+
+
+def _nvrtc_version(cupy) -> str:
+    try:
+        major, minor = cupy.cuda.nvrtc.getVersion()
+        return f"{major}.{minor}"
+    except Exception:  # noqa: BLE001 - informational only
+        return "?"
+
+
+def _driver_version(cupy) -> str:
+    try:
+        version = cupy.cuda.runtime.driverGetVersion()
+        return f"{version // 1000}.{version % 1000 // 10}"
+    except Exception:  # noqa: BLE001 - informational only
+        return "?"
+
+
+def device_tables(launch):
+    """The launch's item and task tables as cupy int64 arrays (CuPy has no record dtypes)."""
+    import cupy
+
+    items = cupy.asarray(np.ascontiguousarray(launch.items).view(np.int64))
+    tasks = cupy.asarray(np.ascontiguousarray(launch.tasks).view(np.int64))
+    return items, tasks
+
+
+def launch(launch, data, stream_starts, stream_ends, out, status, *, stream=None, items=None, tasks=None):
+    """Launch the kernel for one Launch of a prepared batch, on `stream` (default: the current one).
+
+    Cupy arrays on the current device: data uint8 (batch.data), stream_starts/stream_ends int64,
+    out uint8 (the batch's output buffer), status int32 zeros, one per item of the launch.
+    items/tasks are the launch's tables from device_tables(launch), uploaded here if not given.
+    """
+    import cupy
+
+    filename, name = KERNELS[(launch.mode, launch.bits)]
+    task_count = len(launch.tasks)
+    if task_count == 0:
+        return
+    if status.size != len(launch.items) or status.dtype != np.int32:
+        raise ValueError("status must be int32 with one entry per item of the launch")
+    table = launch.items
+    needed = int(
+        (
+            table["out_offset"]
+            + (table["region_h"] - 1) * table["out_row_pitch"]
+            + table["region_w"] * table["channels"] * (table["bits"] // 8)
+        ).max()
+    )
+    if out.size < needed:
+        raise ValueError(f"out has {out.size} bytes, the launch writes up to byte {needed}")
+    if out.data.ptr % (launch.bits // 8):
+        raise ValueError("out must be aligned to the sample size")
+    context = stream if stream is not None else _NoStream()
+    with context:
+        if items is None or tasks is None:
+            items, tasks = device_tables(launch)
+        kernel = load_module(filename).get_function(name)
+        shared = shared_memory_bytes(launch)
+        if shared > DEFAULT_SHARED_LIMIT:
+            device = cupy.cuda.Device()
+            limit = device.attributes["MaxSharedMemoryPerBlockOptin"]
+            if shared > limit:
+                raise RuntimeError(
+                    f"{name} needs {shared} bytes of shared memory for these tiles; device {device.id} allows"
+                    f" {limit} per block (use a smaller tile width)"
+                )
+            kernel.max_dynamic_shared_size_bytes = max(kernel.max_dynamic_shared_size_bytes, shared)
+        args = (
+            data,
+            np.int64(data.size),
+            stream_starts,
+            stream_ends,
+            items,
+            tasks,
+            np.int64(task_count),
+            out,
+            status,
+        )
+        kernel((task_count,), block_shape(launch), args, shared_mem=shared)
+
+
+class _NoStream:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+# ---------------------------------------------------------------- NVRTC resource report
+
+_PTXAS_FUNCTION = re.compile(r"Function properties for (\w+)")
+_PTXAS_STACK = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_PTXAS_USED = re.compile(r"Used (\d+) registers(.*)")
+_PTXAS_SMEM = re.compile(r"(\d+) bytes smem")
+
+
+def nvrtc_compile(filename: str, arch: str, extra_options=()) -> tuple:
+    """Compile kernels/<filename> with NVRTC for arch ("sm_80"); returns (cubin bytes, log text)."""
+    from cuda.bindings import nvrtc
+
+    def check(result, what, prog=None):
+        error = result[0] if isinstance(result, tuple) else result
+        if error != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            log = _program_log(nvrtc, prog) if prog is not None else ""
+            raise RuntimeError(f"NVRTC {what} failed for {filename} ({arch}): {error}\n{log}")
+        return result
+
+    err, prog = nvrtc.nvrtcCreateProgram(source_text(filename).encode(), filename.encode(), 0, [], [])
+    check(err, "create")
+    try:
+        options = [*COMPILE_OPTIONS, f"--gpu-architecture={arch}", *extra_options]
+        check(nvrtc.nvrtcCompileProgram(prog, len(options), [o.encode() for o in options]), "compile", prog)
+        log = _program_log(nvrtc, prog)
+        _, size = check(nvrtc.nvrtcGetCUBINSize(prog), "cubin size")
+        cubin = b" " * size
+        check(nvrtc.nvrtcGetCUBIN(prog, cubin), "cubin")
+        return cubin, log
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+
+
+def _program_log(nvrtc, prog) -> str:
+    _, size = nvrtc.nvrtcGetProgramLogSize(prog)
+    log = b" " * size
+    nvrtc.nvrtcGetProgramLog(prog, log)
+    return log.decode(errors="replace").rstrip("\0 ")
+
+
+def compile_report(arch: str) -> dict:
+    """Compile every kernels/*.cu with NVRTC for arch ("sm_80", "sm_90") and ptxas -v.
+
+    Returns {kernel name: {"file", "registers", "stack_frame", "spill_stores", "spill_loads",
+    "shared", "log"}} from ptxas's report (shared = static shared memory bytes; the kernels use
+    only dynamic shared memory, see shared_memory_bytes).
+    """
+    report = {}
+    for filename in SOURCES:
+        _, log = nvrtc_compile(filename, arch, ("--ptxas-options=-v",))
+        name = None
+        for line in log.splitlines():
+            match = _PTXAS_FUNCTION.search(line)
+            if match:
+                name = match.group(1)
+                report[name] = {"file": filename, "log": log}
+                continue
+            if name is None:
+                continue
+            match = _PTXAS_STACK.search(line)
+            if match:
+                stack, stores, loads = (int(v) for v in match.groups())
+                report[name].update(stack_frame=stack, spill_stores=stores, spill_loads=loads)
+            match = _PTXAS_USED.search(line)
+            if match:
+                smem = _PTXAS_SMEM.search(match.group(2))
+                report[name].update(registers=int(match.group(1)), shared=int(smem.group(1)) if smem else 0)
+    return report

@@ -1,0 +1,35 @@
+// Launch tables of the GPU decoders: C mirrors of l3codec/batch.py's ITEM_DTYPE and TASK_DTYPE.
+//
+// Every field is a little-endian int64, in the dtype's field order, so the structs
+// have no padding and sizeof(L3Item) == ITEM_DTYPE.itemsize (tests/test_cuda_c.py
+// checks the offsets against the numpy dtypes through the emulation build).
+#pragma once
+
+struct L3Item {
+    long long width;
+    long long height;
+    long long channels;
+    long long bits;
+    long long transform;
+    long long tile_width;
+    long long tile_height;
+    long long tiles_x;
+    long long stream_base;    // index of the item's first stream in stream_starts/stream_ends
+    long long region_y;
+    long long region_x;
+    long long region_h;
+    long long region_w;
+    long long out_offset;     // byte offset of the region's pixel (0, 0) in the output buffer
+    long long out_row_pitch;  // bytes between output rows
+};
+
+struct L3Task {
+    long long item;  // index into this launch's items
+    long long tile_y;
+    long long tile_x;
+};
+
+#define L3_ITEM_FIELDS 15
+#define L3_TASK_FIELDS 3
+static_assert(sizeof(L3Item) == L3_ITEM_FIELDS * 8, "L3Item must be 15 packed int64");
+static_assert(sizeof(L3Task) == L3_TASK_FIELDS * 8, "L3Task must be 3 packed int64");

@@ -1,0 +1,296 @@
+// Device logic shared by the compact and fast CUDA C decoders.
+//
+// Everything here mirrors the normative Python (l3codec/bitio.py, compact.py, fast.py,
+// colour.py, cpu.py) and must decode bit for bit like it. The kernels are plain CUDA C++
+// with no library headers, so they build unchanged with NVRTC and, for the tests, with
+// g++ under tests/cuda_emulation.h.
+#pragma once
+
+#include "l3_batch.cuh"
+
+#define L3_DEVICE __device__ __forceinline__
+#define L3_HOST_DEVICE __host__ __device__ inline
+#define L3_FULL_MASK 0xffffffffu
+
+// The block's dynamic shared memory (the only shared memory the kernels use).
+L3_DEVICE unsigned char* l3_dynamic_shared() {
+    extern __shared__ __align__(16) unsigned char l3_shared_memory[];
+    return l3_shared_memory;
+}
+
+namespace l3 {
+
+// ------------------------------------------------------------------ format constants
+
+// (enumerators, not constexpr variables: NVRTC would emit those as device globals)
+enum : int { KIND_CONSTANT = 0, KIND_CODED = 1, KIND_RAW = 2 };  // format.KIND_*
+
+enum : int {  // format.STATUS_*
+    STATUS_OK = 0,
+    STATUS_BAD_KIND = 1,
+    STATUS_BAD_SIZE = 2,
+    STATUS_BAD_HEADER = 3,
+    STATUS_CORRUPT = 4,
+};
+
+enum : int { TRANSFORM_SUBTRACT_GREEN = 1 };
+
+enum : int {  // compact.py
+    COMPACT_TILE_HEIGHT = 32,
+    CONTEXTS = 9,
+    INTERRUPT_CONTEXT = 8,
+    UNARY_LIMIT = 12,
+    RESET_COUNT = 64,
+    ADAPT_CAP_SHIFT = 4,
+    RUN_INDEX_MAX = 31,
+    COMPACT_HEADER_BYTES = 8,  // kind, run index, 5 bytes of k nibbles, row-length bits
+    K_NIBBLE_BYTES = 5,
+};
+
+enum : int { GROUP_SIZE = 16 };  // fast.py
+
+// Where a warp or block takes a stream's samples from, once its header is checked.
+enum : int {
+    SOURCE_ZERO = 0,  // a failed stream: zeros, so corrupt input stays deterministic
+    SOURCE_CONSTANT = 1,
+    SOURCE_RAW = 2,
+    SOURCE_CODED = 3,
+};
+
+// ------------------------------------------------------------------ shared-memory layouts
+// The host computes the same numbers in kernels/cuda_c.py (shared_memory_bytes); the
+// emulation build exports these functions so the tests compare both.
+
+// compact: a TileWriter (64 bytes), per channel the adaptive sums and counts of the 32 row
+// decoders ([2][CONTEXTS][32] int) and their row ends ([32] int64), then per channel a ring
+// of decoded columns ([32][ring] samples).
+enum : int {
+    COMPACT_HEADER_SHARED_BYTES = 64,
+    COMPACT_STATE_BYTES = 2 * CONTEXTS * 32 * 4 + 32 * 8,
+    COMPACT_RING_MAX = 128,  // columns staged at once; a wider tile is written in strips
+};
+
+L3_HOST_DEVICE int compact_ring_columns(long long tile_width) {
+    int ring = GROUP_SIZE;
+    while (ring < tile_width && ring < COMPACT_RING_MAX) ring <<= 1;
+    return ring;
+}
+
+L3_HOST_DEVICE long long compact_shared_bytes(long long channels, long long tile_width, long long sample_bytes) {
+    return COMPACT_HEADER_SHARED_BYTES + channels * COMPACT_STATE_BYTES +
+           channels * COMPACT_TILE_HEIGHT * compact_ring_columns(tile_width) * sample_bytes;
+}
+
+// fast: a fixed header (FastShared in fast.cu, FAST_FIXED_BYTES), then per channel a ring of
+// decoded rows ([ring][tile_width] samples): bands of ring - 1 rows are written out at once,
+// the ring's extra row keeps the row above the band.
+enum : int {
+    FAST_THREADS = 256,  // one thread per 16-sample group of the widest tile (4096)
+    FAST_FIXED_BYTES = 1248,
+    FAST_STAGE_BUDGET = 32768,  // bytes of staged rows aimed at; at least 2 rows are staged
+};
+
+L3_HOST_DEVICE int fast_ring_rows(long long channels, long long tile_width, long long tile_height,
+                                  long long sample_bytes) {
+    long long rows = FAST_STAGE_BUDGET / (channels * tile_width * sample_bytes);
+    if (rows > tile_height + 1) rows = tile_height + 1;
+    if (rows < 2) rows = 2;
+    return (int)rows;
+}
+
+L3_HOST_DEVICE long long fast_shared_bytes(long long channels, long long tile_width, long long tile_height,
+                                           long long sample_bytes) {
+    return FAST_FIXED_BYTES +
+           (long long)fast_ring_rows(channels, tile_width, tile_height, sample_bytes) * channels * tile_width *
+               sample_bytes;
+}
+
+// ------------------------------------------------------------------ small helpers
+
+template <typename V>
+L3_DEVICE V min_of(V a, V b) { return a < b ? a : b; }
+
+template <typename V>
+L3_DEVICE V max_of(V a, V b) { return a > b ? a : b; }
+
+// Report a stream's status: the first nonzero code of an item wins.
+L3_DEVICE void report_status(int* status, long long item, int code) {
+    if (code != STATUS_OK) atomicCAS(&status[item], 0, code);
+}
+
+// ------------------------------------------------------------------ bit reading (bitio.py)
+// Bytes at or past data_size read as zero, exactly like bitio.load56, so a corrupt
+// stream decodes garbage (caught by the checks) but never reads out of bounds.
+
+L3_DEVICE unsigned load_byte(const unsigned char* __restrict__ data, long long size, long long pos) {
+    return (pos >= 0 && pos < size) ? data[pos] : 0u;
+}
+
+// Eight little-endian bytes from byte pos (bitio.load56 reads seven; the eighth only adds
+// bits no caller looks at).
+L3_DEVICE unsigned long long load64(const unsigned char* __restrict__ data, long long size, long long pos) {
+    const long long aligned = pos & ~7LL;
+    if (pos >= 0 && aligned + 16 <= size && (reinterpret_cast<unsigned long long>(data) & 7) == 0) {
+        const unsigned long long* words = reinterpret_cast<const unsigned long long*>(data + aligned);
+        const unsigned long long lo = words[0];
+        const unsigned long long hi = words[1];
+        const int shift = (int)(pos & 7) * 8;
+        return shift ? (lo >> shift) | (hi << (64 - shift)) : lo;
+    }
+    unsigned long long value = 0;
+    for (int i = 0; i < 8; ++i) value |= (unsigned long long)load_byte(data, size, pos + i) << (8 * i);
+    return value;
+}
+
+// At least 57 bits starting at bit_pos, LSB first (bitio.peek_bits guarantees 49).
+L3_DEVICE unsigned long long peek_bits(const unsigned char* __restrict__ data, long long size, long long bit_pos) {
+    return load64(data, size, bit_pos >> 3) >> (bit_pos & 7);
+}
+
+// count (0..32) bits at bit_pos.
+L3_DEVICE unsigned read_bits(const unsigned char* __restrict__ data, long long size, long long bit_pos, int count) {
+    return (unsigned)(peek_bits(data, size, bit_pos) & ((1ull << count) - 1));
+}
+
+// One little-endian sample of sizeof(T) bytes (constant and raw streams).
+template <typename T>
+L3_DEVICE unsigned load_sample(const unsigned char* __restrict__ data, long long size, long long pos) {
+    unsigned value = load_byte(data, size, pos);
+    if (sizeof(T) == 2) value |= load_byte(data, size, pos + 1) << 8;
+    return value;
+}
+
+// ------------------------------------------------------------------ prediction and coding (compact.py)
+
+L3_DEVICE int med(int w, int n, int nw) {
+    const int lo = min_of(w, n), hi = max_of(w, n);
+    if (nw >= hi) return lo;
+    if (nw <= lo) return hi;
+    return w + n - nw;
+}
+
+L3_DEVICE int unzigzag(int mapped) { return (mapped & 1) ? -((mapped + 1) >> 1) : (mapped >> 1); }
+
+// RUN_ORDER[index] of compact.py (the JPEG-LS J table), without a lookup table.
+L3_DEVICE int run_order(int index) {
+    return index < 16 ? index >> 2 : (index < 24 ? 4 + ((index - 16) >> 1) : index - 16);
+}
+
+// compact.activity_context: how many of ACTIVITY_THRESHOLDS << (bits - 8) the activity exceeds.
+template <int BITS>
+L3_DEVICE int activity_context(int w, int n, int nw, int mapped_n, int mapped_w) {
+    const int d1 = w - nw, d2 = n - nw;
+    const int activity = (((d1 < 0 ? -d1 : d1) + (d2 < 0 ? -d2 : d2)) >> 1) + mapped_n + mapped_w;
+    constexpr int s = BITS - 8;
+    return (activity > (1 << s)) + (activity > (3 << s)) + (activity > (6 << s)) + (activity > (10 << s)) +
+           (activity > (16 << s)) + (activity > (26 << s)) + (activity > (44 << s));
+}
+
+// compact.rice_parameter
+template <int BITS>
+L3_DEVICE int rice_parameter(int a, int n) {
+    int k = 0;
+    while (k < BITS && (n << (k + 1)) < a) ++k;
+    return k;
+}
+
+// colour.add_green for one chroma sample.
+template <int BITS>
+L3_DEVICE unsigned add_green(unsigned difference, unsigned green) {
+    return (difference + green - (1u << (BITS - 1))) & ((1u << BITS) - 1);
+}
+
+// ------------------------------------------------------------------ scans
+
+template <typename V>
+L3_DEVICE V warp_inclusive_scan(V value, int lane) {
+#pragma unroll
+    for (int delta = 1; delta < 32; delta <<= 1) {
+        const V other = __shfl_up_sync(L3_FULL_MASK, value, delta);
+        if (lane >= delta) value += other;
+    }
+    return value;
+}
+
+// Exclusive scan over a 1-D block whose size is a multiple of 32; *total gets the block sum.
+// warp_sums is shared memory of blockDim.x / 32 entries. One __syncthreads inside: the caller
+// must __syncthreads before the next scan reuses warp_sums.
+template <typename V>
+L3_DEVICE V block_exclusive_scan(V value, V* warp_sums, V* total) {
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, warps = blockDim.x >> 5;
+    const V inclusive = warp_inclusive_scan(value, lane);
+    if (lane == 31) warp_sums[warp] = inclusive;
+    __syncthreads();
+    V before = 0, sum = 0;
+    for (int i = 0; i < warps; ++i) {
+        const V s = warp_sums[i];
+        sum += s;
+        if (i < warp) before += s;
+    }
+    *total = sum;
+    return before + inclusive - value;
+}
+
+// ------------------------------------------------------------------ output
+
+// Where a tile's samples go: the tile's intersection with the item's region, in tile
+// coordinates, and the address of its first pixel. Built by one thread into shared memory
+// and read by all after a barrier (so the decoding loops do not keep it in registers).
+struct TileWriter {
+    unsigned char* out;  // output byte of tile pixel (row_lo, col_lo)
+    long long pitch;     // bytes between output rows
+    int row_lo, row_hi;  // tile rows inside the region
+    int col_lo, col_hi;  // tile columns inside the region
+    int channels;
+    int green;           // subtract-green inverse transform
+    int pad[2];
+};
+static_assert(sizeof(TileWriter) == 48, "TileWriter layout");
+
+L3_DEVICE void init_tile_writer(TileWriter& writer, const L3Item& item, unsigned char* out, long long tile_y0,
+                                long long tile_x0, int h, int w, int sample_bytes) {
+    const long long row_lo = max_of(item.region_y, tile_y0), row_hi = min_of(item.region_y + item.region_h, tile_y0 + h);
+    const long long col_lo = max_of(item.region_x, tile_x0), col_hi = min_of(item.region_x + item.region_w, tile_x0 + w);
+    writer.pitch = item.out_row_pitch;
+    writer.out = out + item.out_offset + (row_lo - item.region_y) * item.out_row_pitch +
+                 (col_lo - item.region_x) * item.channels * sample_bytes;
+    writer.row_lo = (int)(row_lo - tile_y0);
+    writer.row_hi = (int)(row_hi - tile_y0);
+    writer.col_lo = (int)(col_lo - tile_x0);
+    writer.col_hi = (int)(col_hi - tile_x0);
+    writer.channels = (int)item.channels;
+    writer.green = item.transform == TRANSFORM_SUBTRACT_GREEN && item.channels >= 3;
+}
+
+// Write the staged samples of tile rows [r0, r1) and columns [c0, c1) that fall inside the
+// region: HWC interleaved, little-endian samples, after the inverse colour transform.
+// fetch(channel, row, col) returns a staged plane sample (tile coordinates). Consecutive
+// threads write consecutive samples of a row of the region; nothing outside it is written.
+// The output must be aligned to sizeof(T) (batch.prepare's offsets are).
+template <typename T, int BITS, typename Fetch>
+L3_DEVICE void write_tile_part(const TileWriter& writer, int r0, int r1, int c0, int c1, int tid, int threads,
+                               const Fetch& fetch) {
+    r0 = max_of(r0, writer.row_lo);
+    r1 = min_of(r1, writer.row_hi);
+    c0 = max_of(c0, writer.col_lo);
+    c1 = min_of(c1, writer.col_hi);
+    if (r0 >= r1 || c0 >= c1) return;
+    const int channels = writer.channels;
+    const bool green = writer.green != 0;
+    const int row_samples = (c1 - c0) * channels;
+    const int total = (r1 - r0) * row_samples;
+    const long long pitch = writer.pitch;
+    unsigned char* base = writer.out + (r0 - writer.row_lo) * pitch + (c0 - writer.col_lo) * channels * (int)sizeof(T);
+    for (int i = tid; i < total; i += threads) {
+        const int row = i / row_samples;
+        const int sample = i - row * row_samples;
+        const int pixel = sample / channels;
+        const int channel = sample - pixel * channels;
+        const int r = r0 + row, c = c0 + pixel;
+        unsigned value = fetch(channel, r, c);
+        if (green && (channel == 0 || channel == 2)) value = add_green<BITS>(value, fetch(1, r, c));
+        reinterpret_cast<T*>(base + row * pitch)[sample] = (T)value;
+    }
+}
+
+}  // namespace l3

@@ -1,0 +1,474 @@
+// Host emulation of the CUDA C subset the l3codec kernels use, for tests on machines without a GPU.
+//
+// Include it first (g++ -include tests/cuda_emulation.h) and compile the UNCHANGED .cu
+// files as C++17. Under nvcc or NVRTC it defines nothing.
+//
+// Every CUDA thread of a block runs as a coroutine (ucontext to start, _setjmp/_longjmp to
+// switch) under a cooperative scheduler; blocks run one after another. A thread runs until
+// it reaches a rendezvous (__syncthreads*, __syncwarp, __shfl*_sync, __ballot_sync) or
+// exits. A warp operation completes when the last lane its mask names arrives at the same
+// one (same call site, same mask); a __syncthreads when the last thread of the block
+// arrives, if all wait at the same call site. The scheduler then runs the first ready
+// thread in forward or reversed order (so one warp runs ahead of the others until it must
+// wait for them: races between warps show), or a random ready thread (shuffled, seeded).
+// When no thread can run before all have exited, the divergence is reported as an error
+// instead of a hang: a thread exited or waits elsewhere, masks differ, a lane reads a lane
+// outside the mask. The dynamic shared memory is filled with 0xA5 before every block so a
+// read before a write shows. Atomics are plain read-modify-writes: threads switch only at
+// rendezvous points.
+//
+// The test shim defines the storage of the kernels' `extern __shared__` array with
+// CUDA_EMU_DYNAMIC_SHARED(name) and starts kernels with cuda_emu::launch.
+#pragma once
+
+#if !defined(__CUDACC__) && !defined(__CUDACC_RTC__)
+
+#undef _FORTIFY_SOURCE  // its __longjmp_chk refuses jumps between coroutine stacks
+#include <setjmp.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline __attribute__((always_inline))
+#define __noinline__ __attribute__((noinline))
+#define __shared__
+#define __align__(n) __attribute__((aligned(n)))
+#define __launch_bounds__(...)
+
+struct uint3 {
+    unsigned x, y, z;
+};
+struct dim3 {
+    unsigned x, y, z;
+    constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+constexpr int warpSize = 32;
+
+namespace cuda_emu {
+
+enum Order { FORWARD = 0, REVERSED = 1, SHUFFLED = 2 };
+enum State { READY, RUNNING, AT_BARRIER, AT_WARP_OP, EXITED };
+enum Op { SYNCTHREADS, SYNCTHREADS_OR, SYNCTHREADS_AND, SYNCTHREADS_COUNT,
+          SYNCWARP, SHFL_IDX, SHFL_UP, SHFL_DOWN, SHFL_XOR, BALLOT };
+inline const char* const op_names[] = {"__syncthreads", "__syncthreads_or", "__syncthreads_and",
+                                       "__syncthreads_count", "__syncwarp", "__shfl_sync", "__shfl_up_sync",
+                                       "__shfl_down_sync", "__shfl_xor_sync", "__ballot_sync"};
+constexpr size_t STACK_BYTES = 256 * 1024;
+constexpr size_t GUARD_BYTES = 4096;
+
+struct Thread {
+    uint3 idx;
+    int linear;
+    jmp_buf context;
+    ucontext_t start;
+    bool started;
+    State state;
+    // the rendezvous it waits at
+    Op op;
+    const char* file;
+    int line;
+    unsigned mask;
+    unsigned long long value;
+    int arg;  // source lane, delta, lane mask, or predicate
+    int width;
+    unsigned long long result;
+};
+
+struct Emulator {
+    dim3 grid, block;
+    uint3 block_idx;
+    std::vector<Thread> threads;
+    std::vector<char*> stacks;
+    Thread* current = nullptr;
+    jmp_buf scheduler;
+    void (*body)(void*) = nullptr;
+    void* body_arg = nullptr;
+    unsigned char* shared = nullptr;  // registered by CUDA_EMU_DYNAMIC_SHARED
+    size_t shared_capacity = 0;
+    // scheduling: a bit per READY thread, indexed by its rank in the chosen order
+    Order order = FORWARD;
+    std::mt19937 rng;
+    std::vector<int> rank, by_rank;
+    std::vector<unsigned long long> ready;
+    int at_barrier = 0;
+    bool failed = false;
+    std::string error;
+};
+inline Emulator g_emu;
+
+inline std::string where(const Thread& t) {
+    char text[160];
+    snprintf(text, sizeof text, "thread (%u,%u,%u) of block %u", t.idx.x, t.idx.y, t.idx.z, g_emu.block_idx.x);
+    return text;
+}
+
+inline std::string waiting(const Thread& t) {
+    if (t.state == EXITED) return "has exited";
+    char text[256];
+    snprintf(text, sizeof text, "waits at %s (%s:%d, mask %08x)", op_names[t.op], t.file, t.line, t.mask);
+    return text;
+}
+
+inline void fail(const std::string& message) {
+    if (!g_emu.failed) g_emu.error = message;
+    g_emu.failed = true;
+}
+
+inline void make_ready(Thread& t) {
+    t.state = READY;
+    const int r = g_emu.rank[t.linear];
+    g_emu.ready[r / 64] |= 1ull << (r % 64);
+}
+
+// The next thread to run: the first READY one in the order (forward, reversed), so a warp runs
+// ahead of the others until it waits for them; or a random READY one (shuffled). -1: none.
+inline int pick() {
+    Emulator& e = g_emu;
+    if (e.order == SHUFFLED) {
+        int total = 0;
+        for (unsigned long long word : e.ready) total += __builtin_popcountll(word);
+        if (total == 0) return -1;
+        int k = (int)(e.rng() % (unsigned)total);
+        for (size_t w = 0; w < e.ready.size(); ++w) {
+            unsigned long long word = e.ready[w];
+            const int n = __builtin_popcountll(word);
+            if (k >= n) {
+                k -= n;
+                continue;
+            }
+            while (k--) word &= word - 1;
+            return e.by_rank[w * 64 + __builtin_ctzll(word)];
+        }
+    }
+    for (size_t w = 0; w < e.ready.size(); ++w)
+        if (e.ready[w]) return e.by_rank[w * 64 + __builtin_ctzll(e.ready[w])];
+    return -1;
+}
+
+inline void thread_entry() {
+    g_emu.body(g_emu.body_arg);
+    g_emu.current->state = EXITED;
+    _longjmp(g_emu.scheduler, 1);
+}
+
+inline void resume(Thread& t) {
+    const int r = g_emu.rank[t.linear];
+    g_emu.ready[r / 64] &= ~(1ull << (r % 64));
+    t.state = RUNNING;
+    g_emu.current = &t;
+    if (!_setjmp(g_emu.scheduler)) {
+        if (!t.started) {
+            t.started = true;
+            setcontext(&t.start);
+        }
+        _longjmp(t.context, 1);
+    }
+    g_emu.current = nullptr;
+}
+
+inline bool same_rendezvous(const Thread& a, const Thread& b) {
+    return a.op == b.op && a.line == b.line && a.mask == b.mask && strcmp(a.file, b.file) == 0;
+}
+
+// The warp operation t waits at completes once every lane its mask names waits at the same one.
+inline void complete_warp_op(Thread& t) {
+    const int warp = t.linear / 32;
+    for (int l = 0; l < 32; ++l) {
+        if (!((t.mask >> l) & 1)) continue;
+        const Thread& other = g_emu.threads[warp * 32 + l];
+        if (other.state != AT_WARP_OP || !same_rendezvous(t, other)) return;
+    }
+    unsigned ballot = 0;
+    for (int l = 0; l < 32; ++l)
+        if ((t.mask >> l) & 1 && g_emu.threads[warp * 32 + l].arg) ballot |= 1u << l;
+    for (int l = 0; l < 32; ++l) {
+        if (!((t.mask >> l) & 1)) continue;
+        Thread& member = g_emu.threads[warp * 32 + l];
+        const int segment = l & ~(member.width - 1), offset = l - segment;
+        int source = l;
+        switch (member.op) {
+            case SHFL_IDX: source = segment + (member.arg & (member.width - 1)); break;
+            case SHFL_UP: source = offset >= member.arg ? l - member.arg : l; break;
+            case SHFL_DOWN: source = offset + member.arg < member.width ? l + member.arg : l; break;
+            case SHFL_XOR: {
+                const int x = l ^ member.arg;
+                source = x >= segment && x < segment + member.width ? x : l;
+                break;
+            }
+            default: break;
+        }
+        if (!((t.mask >> source) & 1)) {
+            fail(where(member) + " " + waiting(member) + ": reads lane " + std::to_string(source) +
+                 ", which is not in the mask");
+            return;
+        }
+        member.result = member.op == BALLOT ? ballot : g_emu.threads[warp * 32 + source].value;
+    }
+    for (int l = 0; l < 32; ++l)
+        if ((t.mask >> l) & 1) make_ready(g_emu.threads[warp * 32 + l]);
+}
+
+// Every thread waits at a barrier: release them if it is the same one.
+inline void release_barrier() {
+    const Thread& first = g_emu.threads[0];
+    for (const Thread& t : g_emu.threads) {
+        if (!same_rendezvous(t, first)) {
+            fail("divergent barrier: " + where(first) + " " + waiting(first) + " while " + where(t) + " " +
+                 waiting(t));
+            return;
+        }
+    }
+    unsigned long long count = 0;
+    for (const Thread& t : g_emu.threads) count += t.arg != 0;
+    const unsigned long long n = g_emu.threads.size();
+    for (Thread& t : g_emu.threads) {
+        switch (t.op) {
+            case SYNCTHREADS_OR: t.result = count != 0; break;
+            case SYNCTHREADS_AND: t.result = count == n; break;
+            default: t.result = count; break;
+        }
+        make_ready(t);
+    }
+    g_emu.at_barrier = 0;
+}
+
+// A thread arrives at a rendezvous; returns the rendezvous' result for it.
+inline unsigned long long arrive(Op op, const char* file, int line, unsigned mask, unsigned long long value,
+                                 int arg, int width) {
+    Emulator& e = g_emu;
+    Thread& t = *e.current;
+    t.op = op;
+    t.file = file;
+    t.line = line;
+    t.mask = mask;
+    t.value = value;
+    t.arg = arg;
+    t.width = width;
+    if (op <= SYNCTHREADS_COUNT) {
+        t.state = AT_BARRIER;
+        if (++e.at_barrier == (int)e.threads.size()) release_barrier();
+    } else {
+        t.state = AT_WARP_OP;
+        const int lane = t.linear % 32, warp_start = t.linear - lane;
+        const unsigned present = warp_start + 32 <= (int)e.threads.size()
+                                     ? 0xffffffffu : (1u << (e.threads.size() - warp_start)) - 1;
+        if (!((mask >> lane) & 1))
+            fail(where(t) + " " + waiting(t) + ": the mask does not name the calling lane");
+        else if (mask & ~present)
+            fail(where(t) + " " + waiting(t) + ": the mask names lanes the block does not have");
+        else if (width < 1 || width > 32 || (width & (width - 1)))
+            fail(where(t) + " " + waiting(t) + ": width must be a power of 2 up to 32");
+        else
+            complete_warp_op(t);
+    }
+    if (!_setjmp(t.context)) _longjmp(e.scheduler, 1);
+    return t.result;
+}
+
+// No thread can run and some have not exited: say why.
+inline void diagnose() {
+    for (const Thread& t : g_emu.threads) {
+        if (t.state != AT_WARP_OP) continue;
+        for (int l = 0; l < 32; ++l) {
+            const Thread& other = g_emu.threads[t.linear - t.linear % 32 + l];
+            if ((t.mask >> l) & 1 && (other.state != AT_WARP_OP || !same_rendezvous(t, other))) {
+                fail("divergent warp operation: " + where(t) + " " + waiting(t) + " while " + where(other) + " " +
+                     waiting(other));
+                return;
+            }
+        }
+    }
+    for (const Thread& t : g_emu.threads) {
+        if (t.state != AT_BARRIER) continue;
+        for (const Thread& other : g_emu.threads) {
+            if (other.state != AT_BARRIER) {
+                fail("divergent barrier: " + where(t) + " " + waiting(t) + " while " + where(other) + " " +
+                     waiting(other));
+                return;
+            }
+        }
+    }
+    fail("deadlock: no thread can run");
+}
+
+inline int run_block() {
+    for (;;) {
+        const int next = pick();
+        if (next < 0) break;
+        resume(g_emu.threads[next]);
+        if (g_emu.failed) return -1;
+    }
+    for (const Thread& t : g_emu.threads)
+        if (t.state != EXITED) {
+            diagnose();
+            return -1;
+        }
+    return 0;
+}
+
+template <typename Body>
+inline void call_body(void* body) {
+    (*static_cast<Body*>(body))();
+}
+
+// Run body() (a call of the kernel) as every thread of every block of the grid. Returns 0, or
+// -1 with the reason in last_error().
+template <typename Body>
+int launch(dim3 grid, dim3 block, size_t shared_bytes, int order, unsigned seed, Body body) {
+    Emulator& e = g_emu;
+    e.failed = false;
+    e.error.clear();
+    const size_t count = (size_t)block.x * block.y * block.z;
+    if (count == 0 || count > 1024 || grid.y != 1 || grid.z != 1 || order < FORWARD || order > SHUFFLED) {
+        fail("unsupported launch");
+        return -1;
+    }
+    if (shared_bytes > e.shared_capacity) {
+        fail("dynamic shared memory request " + std::to_string(shared_bytes) + " exceeds the emulator's " +
+             std::to_string(e.shared_capacity) + " bytes");
+        return -1;
+    }
+    while (e.stacks.size() < count) {
+        void* memory = mmap(nullptr, STACK_BYTES + GUARD_BYTES, PROT_READ | PROT_WRITE,
+                            MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (memory == MAP_FAILED) {
+            fail("cannot allocate a thread stack");
+            return -1;
+        }
+        mprotect(memory, GUARD_BYTES, PROT_NONE);  // a stack overflow faults instead of corrupting
+        e.stacks.push_back(static_cast<char*>(memory));
+    }
+    e.grid = grid;
+    e.block = block;
+    e.body = &call_body<Body>;
+    e.body_arg = &body;
+    e.order = static_cast<Order>(order);
+    e.rng.seed(seed);
+    e.threads.assign(count, Thread{});
+    e.rank.resize(count);
+    e.by_rank.resize(count);
+    for (size_t i = 0; i < count; ++i) e.rank[i] = e.order == REVERSED ? (int)(count - 1 - i) : (int)i;
+    for (size_t i = 0; i < count; ++i) e.by_rank[e.rank[i]] = (int)i;
+    e.ready.assign((count + 63) / 64, 0);
+    for (unsigned b = 0; b < grid.x; ++b) {
+        e.block_idx = {b, 0, 0};
+        e.at_barrier = 0;
+        if (e.shared) memset(e.shared, 0xA5, e.shared_capacity);
+        for (size_t i = 0; i < count; ++i) {
+            Thread& t = e.threads[i];
+            t = Thread{};
+            t.linear = (int)i;
+            t.idx = {unsigned(i % block.x), unsigned(i / block.x % block.y), unsigned(i / (block.x * block.y))};
+            getcontext(&t.start);
+            t.start.uc_stack.ss_sp = e.stacks[i] + GUARD_BYTES;
+            t.start.uc_stack.ss_size = STACK_BYTES;
+            t.start.uc_link = nullptr;
+            makecontext(&t.start, thread_entry, 0);
+            make_ready(t);
+        }
+        if (run_block() != 0) return -1;
+    }
+    return 0;
+}
+
+inline const char* last_error() { return g_emu.error.c_str(); }
+
+struct SharedRegistration {
+    SharedRegistration(unsigned char* memory, size_t bytes) {
+        g_emu.shared = memory;
+        g_emu.shared_capacity = bytes;
+    }
+};
+
+// ---------------------------------------------------------------- intrinsics
+
+template <typename V>
+inline V shuffle(Op op, const char* file, int line, unsigned mask, V value, int arg, int width = 32) {
+    static_assert(sizeof(V) == 4 || sizeof(V) == 8, "shuffles move 4- or 8-byte values");
+    unsigned long long bits = 0;
+    memcpy(&bits, &value, sizeof(V));
+    const unsigned long long result = arrive(op, file, line, mask, bits, arg, width);
+    V out;
+    memcpy(&out, &result, sizeof(V));
+    return out;
+}
+
+template <typename V, typename C, typename W>
+inline V atomic_cas(V* address, C compare, W value) {
+    const V old = *address;
+    if (old == (V)compare) *address = (V)value;
+    return old;
+}
+
+}  // namespace cuda_emu
+
+#define CUDA_EMU_MAX_SHARED (256 * 1024)
+#define CUDA_EMU_DYNAMIC_SHARED(name)                        \
+    alignas(16) unsigned char name[CUDA_EMU_MAX_SHARED];     \
+    static cuda_emu::SharedRegistration cuda_emu_registration_##name(name, sizeof(name))
+
+#define threadIdx (cuda_emu::g_emu.current->idx)
+#define blockIdx (cuda_emu::g_emu.block_idx)
+#define blockDim (cuda_emu::g_emu.block)
+#define gridDim (cuda_emu::g_emu.grid)
+
+#define __syncthreads() ((void)cuda_emu::arrive(cuda_emu::SYNCTHREADS, __FILE__, __LINE__, 0, 0, 0, 32))
+#define __syncthreads_or(p) \
+    ((int)cuda_emu::arrive(cuda_emu::SYNCTHREADS_OR, __FILE__, __LINE__, 0, 0, (p) != 0, 32))
+#define __syncthreads_and(p) \
+    ((int)cuda_emu::arrive(cuda_emu::SYNCTHREADS_AND, __FILE__, __LINE__, 0, 0, (p) != 0, 32))
+#define __syncthreads_count(p) \
+    ((int)cuda_emu::arrive(cuda_emu::SYNCTHREADS_COUNT, __FILE__, __LINE__, 0, 0, (p) != 0, 32))
+namespace cuda_emu {
+struct SyncWarp {  // __syncwarp() and __syncwarp(mask) with the call site
+    const char* file;
+    int line;
+    void operator()(unsigned mask = 0xffffffffu) const { arrive(SYNCWARP, file, line, mask, 0, 0, 32); }
+};
+}  // namespace cuda_emu
+#define __syncwarp(...) (cuda_emu::SyncWarp{__FILE__, __LINE__}(__VA_ARGS__))
+#define __shfl_sync(...) cuda_emu::shuffle(cuda_emu::SHFL_IDX, __FILE__, __LINE__, __VA_ARGS__)
+#define __shfl_up_sync(...) cuda_emu::shuffle(cuda_emu::SHFL_UP, __FILE__, __LINE__, __VA_ARGS__)
+#define __shfl_down_sync(...) cuda_emu::shuffle(cuda_emu::SHFL_DOWN, __FILE__, __LINE__, __VA_ARGS__)
+#define __shfl_xor_sync(...) cuda_emu::shuffle(cuda_emu::SHFL_XOR, __FILE__, __LINE__, __VA_ARGS__)
+#define __ballot_sync(mask, p) \
+    ((unsigned)cuda_emu::arrive(cuda_emu::BALLOT, __FILE__, __LINE__, (mask), 0, (p) != 0, 32))
+#define __any_sync(mask, p) (__ballot_sync(mask, p) != 0)
+#define __all_sync(mask, p) (__ballot_sync(mask, p) == (unsigned)(mask))
+
+#define atomicCAS(address, compare, value) cuda_emu::atomic_cas(address, compare, value)
+template <typename V, typename W>
+inline V atomicAdd(V* address, W value) {
+    const V old = *address;
+    *address = old + (V)value;
+    return old;
+}
+template <typename V, typename W>
+inline V atomicOr(V* address, W value) {
+    const V old = *address;
+    *address = old | (V)value;
+    return old;
+}
+
+inline int __ffs(int x) { return __builtin_ffs(x); }
+inline int __ffsll(long long x) { return __builtin_ffsll(x); }
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
+inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
+inline int __clz(int x) { return x ? __builtin_clz((unsigned)x) : 32; }
+inline int __clzll(long long x) { return x ? __builtin_clzll((unsigned long long)x) : 64; }
+template <typename V>
+inline V __ldg(const V* p) { return *p; }
+inline void __threadfence() {}
+inline void __threadfence_block() {}
+
+#endif  // !__CUDACC__ && !__CUDACC_RTC__

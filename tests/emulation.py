@@ -1,0 +1,306 @@
+"""Run the CUDA C kernels on the CPU: the unchanged .cu files built with g++ under tests/cuda_emulation.h.
+
+decode_batch_emulated() prepares a batch with l3codec.batch.prepare (so the kernels get
+exactly the tables a GPU gets), runs every launch through the emulator and returns the
+per-item images and statuses. Libraries are cached in a directory keyed by the hash of
+every source, header and flag ($L3_EMULATION_CACHE, default <tmp>/l3codec-emulation).
+Needs g++ (or $CXX) and Linux (ucontext, mmap guard pages).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import mmap
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from l3codec import batch as l3batch
+from l3codec.kernels import cuda_c
+
+ROOT = Path(__file__).resolve().parents[1]
+KERNEL_DIR = ROOT / "kernels"
+EMULATION_HEADER = Path(__file__).resolve().parent / "cuda_emulation.h"
+CXX = os.environ.get("CXX", "g++")
+CXXFLAGS = (
+    "-std=c++17",
+    "-O1",
+    "-fPIC",
+    "-fno-strict-aliasing",
+    "-Wall",
+    "-Wno-unused-function",
+    "-Wno-unknown-pragmas",
+)
+ORDERS = {"forward": 0, "reversed": 1, "shuffled": 2}
+KERNEL_INDEX = {key: i for i, key in enumerate(sorted(cuda_c.KERNELS))}
+CANARY = 0xCD
+CANARY_BYTES = 64
+
+
+class EmulationError(RuntimeError):
+    """The emulator stopped a launch (divergent barrier or shuffle, bad launch shape...)."""
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("L3_EMULATION_CACHE", Path(tempfile.gettempdir()) / "l3codec-emulation"))
+
+
+def build_library(name: str, sources, generated=None) -> ctypes.CDLL:
+    """Compile C++/CUDA sources (paths) plus generated sources ({filename: text}) into a shared
+    library with the emulation header forced in, and load it; cached by content hash."""
+    sources = [Path(p) for p in sources]
+    generated = dict(generated or {})
+    digest = hashlib.sha256()
+    for part in (CXX, *CXXFLAGS, EMULATION_HEADER.read_text(), name):
+        digest.update(part.encode())
+    for path in sources:
+        digest.update(path.name.encode() + path.read_bytes())
+    for header in sorted(KERNEL_DIR.glob("*.cuh")):
+        digest.update(header.read_bytes())
+    for filename, text in sorted(generated.items()):
+        digest.update(filename.encode() + text.encode())
+    directory = cache_dir() / f"{name}-{digest.hexdigest()[:20]}"
+    library = directory / f"lib{name}.so"
+    if not library.exists():
+        directory.mkdir(parents=True, exist_ok=True)
+        units = list(sources)
+        for filename, text in generated.items():
+            path = directory / filename
+            path.write_text(text)
+            units.append(path)
+        objects, jobs = [], []
+        for unit in units:
+            obj = directory / f"{unit.name}.{os.getpid()}.o"
+            command = [
+                CXX,
+                *CXXFLAGS,
+                "-include",
+                str(EMULATION_HEADER),
+                f"-I{KERNEL_DIR}",
+                "-x",
+                "c++",
+                "-c",
+                str(unit),
+                "-o",
+                str(obj),
+            ]
+            jobs.append(
+                subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            )
+            objects.append(obj)
+        errors = [job.communicate()[0] for job in jobs]
+        if any(job.returncode for job in jobs):
+            raise EmulationError("emulation build failed:\n" + "\n".join(errors))
+        temporary = directory / f"lib{name}.{os.getpid()}.so"
+        subprocess.run([CXX, "-shared", "-o", str(temporary), *map(str, objects)], check=True)
+        os.replace(temporary, library)
+        for obj in objects:
+            obj.unlink(missing_ok=True)
+    return ctypes.CDLL(str(library))
+
+
+_SHIM = r"""
+// Launchers for the emulated kernels, and the C layouts the tests compare with numpy.
+#include <cstddef>
+#include "l3_common.cuh"
+
+CUDA_EMU_DYNAMIC_SHARED(l3_shared_memory);
+
+#define L3_KERNEL_PARAMETERS const unsigned char*, long long, const long long*, const long long*, \
+    const L3Item*, const L3Task*, long long, unsigned char*, int*
+extern "C" void l3_decode_compact_u8(L3_KERNEL_PARAMETERS);
+extern "C" void l3_decode_compact_u16(L3_KERNEL_PARAMETERS);
+extern "C" void l3_decode_fast_u8(L3_KERNEL_PARAMETERS);
+extern "C" void l3_decode_fast_u16(L3_KERNEL_PARAMETERS);
+typedef void (*Kernel)(L3_KERNEL_PARAMETERS);
+static const Kernel kernels[4] = {%(kernels)s};
+
+extern "C" int l3emu_launch(int kernel, long long grid, int bx, int by, int bz, long long shared_bytes, int order,
+                            unsigned seed, const unsigned char* data, long long data_size, const long long* starts,
+                            const long long* ends, const L3Item* items, const L3Task* tasks, long long task_count,
+                            unsigned char* out, int* status) {
+    if (kernel < 0 || kernel > 3) return -2;
+    const Kernel run = kernels[kernel];
+    return cuda_emu::launch(dim3((unsigned)grid), dim3(bx, by, bz), (size_t)shared_bytes, order, seed, [=] {
+        run(data, data_size, starts, ends, items, tasks, task_count, out, status);
+    });
+}
+
+extern "C" const char* l3emu_last_error() { return cuda_emu::last_error(); }
+
+// field < 0: the struct size; else the byte offset of field number `field`
+extern "C" long long l3emu_item_layout(int field) {
+    static const long long offsets[] = {
+        offsetof(L3Item, width), offsetof(L3Item, height), offsetof(L3Item, channels), offsetof(L3Item, bits),
+        offsetof(L3Item, transform), offsetof(L3Item, tile_width), offsetof(L3Item, tile_height),
+        offsetof(L3Item, tiles_x), offsetof(L3Item, stream_base), offsetof(L3Item, region_y),
+        offsetof(L3Item, region_x), offsetof(L3Item, region_h), offsetof(L3Item, region_w),
+        offsetof(L3Item, out_offset), offsetof(L3Item, out_row_pitch)};
+    return field < 0 ? (long long)sizeof(L3Item) : offsets[field];
+}
+
+extern "C" long long l3emu_task_layout(int field) {
+    static const long long offsets[] = {offsetof(L3Task, item), offsetof(L3Task, tile_y), offsetof(L3Task, tile_x)};
+    return field < 0 ? (long long)sizeof(L3Task) : offsets[field];
+}
+
+extern "C" long long l3emu_compact_shared_bytes(long long channels, long long tile_width, long long sample_bytes) {
+    return l3::compact_shared_bytes(channels, tile_width, sample_bytes);
+}
+
+extern "C" long long l3emu_fast_shared_bytes(long long channels, long long tile_width, long long tile_height,
+                                             long long sample_bytes) {
+    return l3::fast_shared_bytes(channels, tile_width, tile_height, sample_bytes);
+}
+"""
+
+ITEM_FIELDS = (
+    "width",
+    "height",
+    "channels",
+    "bits",
+    "transform",
+    "tile_width",
+    "tile_height",
+    "tiles_x",
+    "stream_base",
+    "region_y",
+    "region_x",
+    "region_h",
+    "region_w",
+    "out_offset",
+    "out_row_pitch",
+)
+TASK_FIELDS = ("item", "tile_y", "tile_x")
+
+_library = None
+
+
+def kernel_library() -> ctypes.CDLL:
+    """The emulated l3codec kernels (built on first use)."""
+    global _library
+    if _library is None:
+        names = [cuda_c.KERNELS[key][1] for key in sorted(cuda_c.KERNELS)]
+        shim = _SHIM % {"kernels": ", ".join(names)}
+        lib = build_library("l3kernels", [KERNEL_DIR / name for name in cuda_c.SOURCES], {"shim.cpp": shim})
+        i64, i32, ptr = ctypes.c_longlong, ctypes.c_int, ctypes.c_void_p
+        lib.l3emu_launch.restype = i32
+        lib.l3emu_launch.argtypes = [
+            i32,
+            i64,
+            i32,
+            i32,
+            i32,
+            i64,
+            i32,
+            ctypes.c_uint,
+            ptr,
+            i64,
+            ptr,
+            ptr,
+            ptr,
+            ptr,
+            i64,
+            ptr,
+            ptr,
+        ]
+        lib.l3emu_last_error.restype = ctypes.c_char_p
+        for function in (lib.l3emu_item_layout, lib.l3emu_task_layout):
+            function.restype, function.argtypes = i64, [i32]
+        lib.l3emu_compact_shared_bytes.restype = i64
+        lib.l3emu_compact_shared_bytes.argtypes = [i64, i64, i64]
+        lib.l3emu_fast_shared_bytes.restype = i64
+        lib.l3emu_fast_shared_bytes.argtypes = [i64, i64, i64, i64]
+        _library = lib
+    return _library
+
+
+def _pointer(array: np.ndarray) -> int:
+    return array.ctypes.data
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class GuardedBuffer:
+    """A copy of data whose end touches an inaccessible page, so a read past the end faults.
+
+    guard="aligned": the base is 8-byte aligned and at most 7 bytes separate the end from the
+    guard page (the kernels' word load path); "tight": the last byte is right before the
+    guard (the base is then usually unaligned: the byte load path); "shifted": `shift` zero
+    bytes are put before the data so that the base is 8-byte aligned AND the end touches the
+    guard (stream offsets must then be moved by `shift`).
+    """
+
+    def __init__(self, data: np.ndarray, guard: str = "aligned"):
+        if guard not in ("aligned", "tight", "shifted"):
+            raise ValueError(f"unknown guard {guard!r}")
+        page = mmap.PAGESIZE
+        self.shift = -data.size % 8 if guard == "shifted" else 0
+        size = data.size + self.shift
+        span = -(-size // 8) * 8 if guard == "aligned" else size
+        total = -(-span // page) * page + page
+        self._map = mmap.mmap(-1, total)
+        whole = np.frombuffer(self._map, np.uint8)
+        start = total - page - span
+        self.array = whole[start : start + size]
+        self.array[self.shift :] = data
+        address = ctypes.addressof(ctypes.c_char.from_buffer(self._map))
+        if _libc.mprotect(ctypes.c_void_p(address + total - page), page, 0) != 0:  # PROT_NONE
+            raise OSError(ctypes.get_errno(), "mprotect failed")
+
+
+def decode_batch_emulated(
+    items, regions=None, order: str = "forward", seed: int = 0, *, guard: str = "aligned", block=None
+):
+    """Decode L3 files with the emulated CUDA C kernels.
+
+    Returns (images, status): one array per item as l3codec.decode returns it (HW or HWC),
+    and an int32 array with each item's status (0, or the first nonzero STATUS_* any of its
+    streams reported). Raises EmulationError when the emulator detects a divergent barrier or
+    shuffle, and AssertionError when a kernel wrote outside the items' output regions. The
+    input bytes end at an inaccessible page (see GuardedBuffer for `guard`), so a read past
+    data_size faults. block overrides cuda_c.block_shape (to test the kernels' launch checks).
+    """
+    batch = l3batch.prepare(items, regions)
+    lib = kernel_library()
+    data = GuardedBuffer(batch.data, guard)
+    starts, ends = batch.stream_starts + data.shift, batch.stream_ends + data.shift
+    out = np.full(batch.out_size + CANARY_BYTES, CANARY, np.uint8)
+    status = np.zeros(len(batch.infos), np.int32)
+    for launch in batch.launches:
+        table_items = np.ascontiguousarray(launch.items)
+        table_tasks = np.ascontiguousarray(launch.tasks)
+        launch_status = np.zeros(len(table_items), np.int32)
+        shape = cuda_c.block_shape(launch) if block is None else block
+        result = lib.l3emu_launch(
+            KERNEL_INDEX[(launch.mode, launch.bits)],
+            len(table_tasks),
+            *shape,
+            cuda_c.shared_memory_bytes(launch),
+            ORDERS[order],
+            seed,
+            _pointer(data.array),
+            data.array.size,
+            _pointer(starts),
+            _pointer(ends),
+            _pointer(table_items),
+            _pointer(table_tasks),
+            len(table_tasks),
+            _pointer(out),
+            _pointer(launch_status),
+        )
+        if result != 0:
+            raise EmulationError(f"{cuda_c.kernel_name(launch)}: {lib.l3emu_last_error().decode()}")
+        status[launch.item_index] = launch_status
+    written = np.zeros(out.size, bool)
+    for offset, shape, dtype in zip(batch.out_offsets, batch.shapes, batch.dtypes):
+        written[offset : offset + int(np.prod(shape)) * dtype.itemsize] = True
+    outside = np.flatnonzero(~written & (out != CANARY))
+    assert outside.size == 0, f"kernels wrote outside the output regions at bytes {outside[:10]}"
+    images = [view.copy() for view in l3batch.split_output(batch, out[: batch.out_size])]
+    return images, status

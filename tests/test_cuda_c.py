@@ -1,0 +1,634 @@
+"""The CUDA C kernels (kernels/*.cu): bit-exact against the CPU decoder, run on the CPU under the
+coroutine emulator of tests/cuda_emulation.h; NVRTC resource checks; a real-GPU check when one exists."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+import pytest
+
+import l3codec
+from corruption import mutate_payload
+from emulation import (
+    ITEM_FIELDS,
+    TASK_FIELDS,
+    EmulationError,
+    build_library,
+    decode_batch_emulated,
+    kernel_library,
+)
+from images import make_image
+from l3codec import batch as l3batch
+from l3codec import cpu
+from l3codec import format as fmt
+from l3codec.kernels import cuda_c
+
+ORDERS = ("forward", "reversed", "shuffled")
+
+
+def _encode(image, mode, tile_width, tile_height=None, transform=None):
+    options = {"mode": mode, "tile_width": tile_width, "transform": transform}
+    if mode == "fast":
+        options["tile_height"] = tile_height or 8
+    return l3codec.encode(image, **options)
+
+
+def _stream_census(data) -> dict:
+    """Counts of stream kinds, compact copy rows (zero row lengths) in a file."""
+    parsed = fmt.parse(data)
+    info = parsed.info
+    buf = np.frombuffer(data, np.uint8)
+    census = {"constant": 0, "coded": 0, "raw": 0, "copy_rows": 0}
+    for stream, (start, end) in enumerate(zip(parsed.stream_starts, parsed.stream_ends)):
+        kind = int(buf[start])
+        census[{0: "constant", 1: "coded", 2: "raw"}[kind]] += 1
+        if kind == fmt.KIND_CODED and info.mode == "compact":
+            tile = stream // info.channels
+            h = min(32, info.height - tile // info.tiles_x * 32)
+            length_bits = int(buf[start + 7])
+            table = np.unpackbits(buf[start + 8 : end], bitorder="little")
+            lengths = [
+                int(table[r * length_bits : (r + 1) * length_bits] @ (1 << np.arange(length_bits)))
+                for r in range(h)
+            ]
+            census["copy_rows"] += sum(1 for r in range(1, h) if lengths[r] == 0)
+    return census
+
+
+def _assert_matches_cpu(files, regions=None, orders=ORDERS):
+    regions = regions or [None] * len(files)
+    expected = [l3codec.decode(f, region=r) for f, r in zip(files, regions)]
+    for order in orders:
+        images, status = decode_batch_emulated(files, regions, order=order, seed=7)
+        assert status.tolist() == [0] * len(files), order
+        for i, (got, want) in enumerate(zip(images, expected)):
+            assert got.dtype == want.dtype and got.shape == want.shape, (order, i)
+            np.testing.assert_array_equal(got, want, err_msg=f"item {i}, order {order}")
+
+
+# ---------------------------------------------------------------- bit-exact decoding
+
+
+@pytest.mark.parametrize("channels", [1, 2, 3, 4])
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16])
+@pytest.mark.parametrize("mode", ["compact", "fast"])
+def test_matches_cpu_decoder(mode, dtype, channels):
+    """Coded, raw and constant streams, runs and copy rows, partial edge tiles, several tile widths."""
+    seed = channels * 10 + (dtype == np.uint16)
+    shapes = [(37, 45, 16, 8), (1, 1, 16, 8), (33, 70, 32, 16)]
+    kinds = ["smooth_noise", "labels", "noise", "constant", "gradient", "extremes"]
+    files = []
+    for i, kind in enumerate(kinds):
+        h, w, tile_width, tile_height = shapes[i % 3] if kind != "labels" else (45, 37, 16, 16)
+        files.append(
+            _encode(make_image(kind, h, w, channels, dtype, seed + i), mode, tile_width, tile_height)
+        )
+    census = {
+        key: sum(_stream_census(f)[key] for f in files) for key in ("constant", "coded", "raw", "copy_rows")
+    }
+    assert census["constant"] and census["coded"] and census["raw"], census
+    if mode == "compact":
+        assert census["copy_rows"], census
+    _assert_matches_cpu(files)
+
+
+@pytest.mark.parametrize("mode", ["compact", "fast"])
+def test_subtract_green_and_no_transform(mode):
+    image = make_image("smooth_noise", 20, 40, 4, np.uint16, 5)
+    files = [_encode(image, mode, 16, transform=t) for t in ("subtract-green", "none")]
+    files.append(
+        _encode(make_image("gradient", 20, 40, 3, np.uint8, 6), mode, 32, transform="subtract-green")
+    )
+    _assert_matches_cpu(files, orders=("shuffled",))
+
+
+def test_wide_tiles_are_written_in_strips_and_bands():
+    """Compact tiles wider than 128 columns go through the staging ring in strips; fast tiles whose rows
+    outgrow the staging budget are written in bands of rows."""
+    files = [
+        _encode(make_image("smooth_noise", 40, 300, 3, np.uint8, 1), "compact", 272),
+        _encode(make_image("labels", 35, 200, 2, np.uint16, 2), "compact", 144),
+        _encode(make_image("smooth_noise", 70, 260, 4, np.uint16, 3), "fast", 256, 64),
+        _encode(make_image("noise", 40, 256, 4, np.uint16, 4), "fast", 256, 64),  # raw streams
+    ]
+    batch = l3batch.prepare(files)
+    fast = next(launch for launch in batch.launches if launch.mode == fmt.MODE_FAST)
+    assert cuda_c.fast_ring_rows(4, 256, 64, 2) < 64  # several bands per tile
+    assert cuda_c.shared_memory_bytes(fast) <= cuda_c.DEFAULT_SHARED_LIMIT
+    _assert_matches_cpu(files, orders=("forward",))
+    assert _stream_census(files[3])["raw"] == 4
+    _assert_matches_cpu(
+        files, [(3, 130, 30, 140), (0, 140, 35, 60), (17, 5, 50, 250), (1, 2, 38, 250)], orders=("reversed",)
+    )
+
+
+@pytest.mark.parametrize("mode", ["compact", "fast"])
+def test_regions(mode):
+    image = make_image("smooth_noise", 45, 70, 3, np.uint16, 9)
+    data = _encode(image, mode, 16, 16)
+    regions = [
+        (0, 0, 45, 70),
+        (0, 0, 1, 1),
+        (44, 69, 1, 1),
+        (5, 7, 20, 30),
+        (16, 16, 16, 16),
+        (31, 3, 14, 60),
+        (10, 40, 35, 30),
+    ]
+    _assert_matches_cpu([data] * len(regions), regions)
+
+
+def test_mixed_batch_both_modes_both_sample_sizes():
+    files, regions = [], []
+    for i, (mode, dtype, channels, kind) in enumerate(
+        [
+            ("compact", np.uint8, 3, "smooth_noise"),
+            ("fast", np.uint16, 1, "labels"),
+            ("compact", np.uint16, 4, "labels"),
+            ("fast", np.uint8, 2, "gradient"),
+            ("compact", np.uint8, 1, "noise"),
+            ("fast", np.uint16, 3, "smooth_noise"),
+        ]
+    ):
+        h, w = 30 + 3 * i, 50 - 2 * i
+        files.append(
+            _encode(make_image(kind, h, w, channels, dtype, i), mode, 16 * (1 + i % 2), 8 * (1 + i % 2))
+        )
+        regions.append(None if i % 2 else (i, 2 * i, h - 2 * i, w - 3 * i))
+    batch = l3batch.prepare(files, regions)
+    assert {(launch.mode, launch.bits) for launch in batch.launches} == set(cuda_c.KERNELS)
+    _assert_matches_cpu(files, regions)
+
+
+def test_reads_stop_at_the_end_of_data():
+    """The data buffer ends right before an inaccessible page: a read past data_size faults. The decode runs
+    in a forked child, so a fault fails this test instead of ending the test run."""
+    import os
+    import signal
+
+    files = [_encode(make_image("noise", 9, 20, 1, np.uint16, 4), "compact", 16)]  # raw streams
+    files += [
+        _encode(make_image("smooth_noise", 45, 41, 2, np.uint8, 4), mode, 16) for mode in ("fast", "compact")
+    ]
+    assert np.frombuffer(files[-1], np.uint8)[fmt.parse(files[-1]).stream_starts[-1]] == fmt.KIND_CODED
+    expected = [l3codec.decode(f) for f in files]
+    kernel_library()  # build before forking
+    for guard in ("aligned", "tight", "shifted"):
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child reports through its exit status
+            code = 1
+            try:
+                images, status = decode_batch_emulated(files, guard=guard)
+                code = (
+                    0
+                    if status.tolist() == [0] * len(files)
+                    and all(np.array_equal(a, b) for a, b in zip(images, expected))
+                    else 3
+                )
+            finally:
+                os._exit(code)
+        _, wait_status = os.waitpid(pid, 0)
+        assert not os.WIFSIGNALED(wait_status), (
+            f"{guard}: killed by {signal.Signals(os.WTERMSIG(wait_status))!r}"
+        )
+        assert os.WEXITSTATUS(wait_status) == 0, f"{guard}: wrong output or status"
+
+
+def _random_batch(seed):
+    from images import KINDS
+
+    rng = np.random.default_rng(seed)
+    files, regions = [], []
+    for _ in range(6):
+        mode = str(rng.choice(["compact", "fast"]))
+        h, w = int(rng.integers(1, 100)), int(rng.integers(1, 140))
+        dtype = [np.uint8, np.uint16][int(rng.integers(2))]
+        image = make_image(
+            str(rng.choice(KINDS)), h, w, int(rng.integers(1, 5)), dtype, int(rng.integers(1 << 16))
+        )
+        files.append(_encode(image, mode, int(rng.choice([16, 32, 48, 128, 144])), int(rng.choice([8, 16, 24]))))
+        y, x = int(rng.integers(h)), int(rng.integers(w))
+        regions.append((y, x, int(rng.integers(1, h - y + 1)), int(rng.integers(1, w - x + 1))))
+    return files, regions
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_batches(seed):
+    """Random shapes, contents, tile geometries and regions in mixed batches."""
+    _assert_matches_cpu(*_random_batch(seed), orders=(ORDERS[seed % 3],))
+
+
+@pytest.mark.slow
+def test_random_batches_sweep():
+    """200 more random batches (L3_RUN_SLOW=1; about 20 s)."""
+    for seed in range(6, 206):
+        _assert_matches_cpu(*_random_batch(seed), orders=(ORDERS[seed % 3],))
+
+
+# ---------------------------------------------------------------- corrupt input
+
+
+def _cpu_stream_status(data) -> np.ndarray:
+    parsed = fmt.parse(data)
+    info = parsed.info
+    streams = np.arange(len(parsed.stream_starts), dtype=np.int64)
+    planes = np.empty((info.channels, info.height, info.width), info.dtype)
+    status = np.zeros(streams.size, np.int64)
+    cpu.decode_streams(
+        np.frombuffer(data, np.uint8),
+        parsed.stream_starts,
+        parsed.stream_ends,
+        streams,
+        planes,
+        0,
+        0,
+        info.tiles_x,
+        info.tile_width,
+        info.tile_height,
+        info.height,
+        info.width,
+        fmt.MODES[info.mode],
+        info.bits,
+        status,
+    )
+    return status
+
+
+@pytest.mark.parametrize("mode", ["compact", "fast"])
+def test_corrupt_streams_report_status(mode):
+    """Damaged payloads (checksums resealed): the item's status is one of the codes the CPU decoder gives
+    its streams, nonzero exactly when the CPU rejects it; accepted damage decodes identically."""
+    rng = np.random.default_rng(3)
+    sources = [
+        _encode(make_image("smooth_noise", 33, 40, 3, np.uint8, 1), mode, 16),
+        _encode(make_image("labels", 40, 33, 1, np.uint16, 2), mode, 16),
+    ]
+    damaged = [mutate_payload(sources[i % 2], rng) for i in range(32)]
+    images, status = decode_batch_emulated(damaged, order="shuffled", seed=1)
+    rejected = 0
+    for data, image, code in zip(damaged, images, status):
+        cpu_codes = set(_cpu_stream_status(data).tolist()) - {0}
+        if cpu_codes:
+            rejected += 1
+            assert code in cpu_codes
+        else:
+            assert code == 0
+            np.testing.assert_array_equal(image, l3codec.decode(data))
+    assert rejected >= (8 if mode == "compact" else 1)  # fast mode's packed residuals rarely notice damage
+
+
+def test_every_status_code_is_reachable():
+    """Hand-made damage to one stream of each kind gives the CPU decoder's exact status."""
+    from corruption import reseal
+
+    image = make_image("smooth_noise", 32, 16, 1, np.uint8, 1)
+    cases = []
+    for mode in ("compact", "fast"):
+        data = bytearray(_encode(image, mode, 16))
+        start = fmt.parse(bytes(data)).payload_offset
+        assert data[start] == fmt.KIND_CODED
+        bad_kind = bytearray(data)
+        bad_kind[start] = 7
+        cases.append((reseal(bytes(bad_kind)), fmt.STATUS_BAD_KIND))
+        bad_header = bytearray(data)
+        if mode == "compact":
+            bad_header[start + 1] = 40  # run index > 31
+        else:
+            bad_header[start + 1] = 0xFF  # group width 15 > 8
+        cases.append((reseal(bytes(bad_header)), fmt.STATUS_BAD_HEADER))
+        corrupt = bytearray(data)
+        if mode == "compact":
+            length_bits = corrupt[start + 7]
+            corrupt[start + 8] &= ~((1 << min(8, length_bits)) - 1) & 0xFF  # row 0 length -> 0 (low bits)
+        else:
+            corrupt[start + 1] = (corrupt[start + 1] & 0xF0) | 8  # row 0 group width 8: the residuals overrun
+        cases.append((reseal(bytes(corrupt)), None))
+    constant = _encode(np.full((8, 16), 9, np.uint8), "compact", 16)
+    cases.append((constant, 0))
+    files = [c[0] for c in cases]
+    _, status = decode_batch_emulated(files)
+    for (data, expected), code in zip(cases, status):
+        cpu_codes = sorted(set(_cpu_stream_status(data).tolist()) - {0})
+        assert [code] == (cpu_codes or [0])
+        if expected is not None:
+            assert code == expected
+
+
+@pytest.mark.parametrize(
+    "mode, block", [("compact", (32, 2, 1)), ("compact", (64, 3, 1)), ("fast", (128, 1, 1))]
+)
+def test_a_launch_that_does_not_fit_reports(mode, block):
+    data = _encode(make_image("smooth_noise", 20, 20, 3, np.uint8, 0), mode, 16)
+    _, status = decode_batch_emulated([data], block=block)
+    assert status.tolist() == [fmt.STATUS_BAD_HEADER]
+
+
+# ---------------------------------------------------------------- the emulator itself
+
+_TEST_KERNELS = r"""
+extern "C" __global__ void divergent_barrier(int* out) {
+    if (threadIdx.x < 16) __syncthreads();
+    out[threadIdx.x] = 1;
+}
+extern "C" __global__ void barrier_at_two_sites(int* out) {
+    if (threadIdx.x % 2) { out[threadIdx.x] = 1; __syncthreads(); }
+    else { out[threadIdx.x] = 2; __syncthreads(); }
+}
+extern "C" __global__ void divergent_shuffle(int* out) {
+    int v = threadIdx.x;
+    if (threadIdx.x < 40) v = __shfl_down_sync(0xffffffffu, v, 1);
+    out[threadIdx.x] = v;
+}
+extern "C" __global__ void mismatched_masks(int* out) {
+    int v = threadIdx.x;
+    v = __shfl_xor_sync(threadIdx.x < 16 ? 0x0000ffffu : 0xffffffffu, v, 1);
+    out[threadIdx.x] = v;
+}
+extern "C" __global__ void good(int* out) {
+    extern __shared__ __align__(16) unsigned char scratch_bytes[];
+    int* scratch = reinterpret_cast<int*>(scratch_bytes);
+    const int t = threadIdx.x;
+    const int poisoned = scratch[t];  // read before any write: the marker
+    scratch[t] = t;
+    __syncthreads();
+    int v = scratch[(t + 1) % blockDim.x];
+    v += __shfl_up_sync(0xffffffffu, v, 1) + __shfl_xor_sync(0xffffffffu, v, 3);
+    v += __shfl_sync(0xffffffffu, v, 5) + __popc(__ballot_sync(0xffffffffu, t & 1));
+    __syncwarp();
+    v += __any_sync(0xffffffffu, t == 3) + __all_sync(0xffffffffu, t < 64) - 2;
+    out[t] = v + __syncthreads_count(t < 10);
+    out[blockDim.x + t] = poisoned;
+}
+"""
+
+_TEST_SHIM = r"""
+CUDA_EMU_DYNAMIC_SHARED(scratch_bytes);
+extern "C" void divergent_barrier(int*); extern "C" void barrier_at_two_sites(int*);
+extern "C" void divergent_shuffle(int*); extern "C" void mismatched_masks(int*); extern "C" void good(int*);
+extern "C" int run(int which, int order, int* out) {
+    void (*kernels[])(int*) = {divergent_barrier, barrier_at_two_sites, divergent_shuffle, mismatched_masks, good};
+    return cuda_emu::launch(dim3(2), dim3(64), 256, order, 5, [=] { kernels[which](out); });
+}
+extern "C" const char* error() { return cuda_emu::last_error(); }
+"""
+
+
+@pytest.fixture(scope="module")
+def test_kernels(tmp_path_factory):
+    import ctypes
+
+    source = tmp_path_factory.mktemp("emulator") / "test_kernels.cu"
+    source.write_text(_TEST_KERNELS)
+    lib = build_library("emulator_test", [source], {"shim.cpp": _TEST_SHIM})
+    lib.run.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+    lib.error.restype = ctypes.c_char_p
+    return lib
+
+
+@pytest.mark.parametrize("order", [0, 1, 2])
+@pytest.mark.parametrize(
+    "which, message",
+    [
+        (0, "divergent barrier"),
+        (1, "divergent barrier"),
+        (2, "divergent warp operation"),
+        (3, "divergent warp operation"),
+    ],
+)
+def test_emulator_reports_divergence(test_kernels, which, message, order):
+    out = np.zeros(128, np.int32)
+    assert test_kernels.run(which, order, out.ctypes.data) != 0
+    text = test_kernels.error().decode()
+    assert message in text and "test_kernels.cu" in text, text
+
+
+@pytest.mark.parametrize("order", [0, 1, 2])
+def test_emulator_runs_a_correct_kernel(test_kernels, order):
+    out = np.zeros(128, np.int32)
+    assert test_kernels.run(4, order, out.ctypes.data) == 0, test_kernels.error()
+    t = np.arange(64)
+    v = (t + 1) % 64
+    lane = t % 32
+    warp_base = t - lane
+    up = np.where(lane >= 1, v[np.maximum(t - 1, 0)], v)
+    v2 = v + up + v[warp_base + (lane ^ 3)]
+    v3 = v2 + v2[warp_base + 5] + 16
+    v4 = v3 + np.where(t < 32, 0, -1)  # __any_sync(t == 3) + __all_sync(t < 64) - 2
+    np.testing.assert_array_equal(out[:64], v4 + 10)
+    assert (out[64:] == np.int32(np.frombuffer(b"\xa5" * 4, np.int32)[0])).all()
+
+
+# ---------------------------------------------------------------- host-side tables and formulas
+
+
+def test_c_structs_match_the_batch_dtypes():
+    lib = kernel_library()
+    assert lib.l3emu_item_layout(-1) == l3batch.ITEM_DTYPE.itemsize
+    assert lib.l3emu_task_layout(-1) == l3batch.TASK_DTYPE.itemsize
+    assert ITEM_FIELDS == l3batch.ITEM_DTYPE.names and TASK_FIELDS == l3batch.TASK_DTYPE.names
+    for i, name in enumerate(ITEM_FIELDS):
+        assert lib.l3emu_item_layout(i) == l3batch.ITEM_DTYPE.fields[name][1], name
+        assert l3batch.ITEM_DTYPE.fields[name][0] == np.dtype("<i8")
+    for i, name in enumerate(TASK_FIELDS):
+        assert lib.l3emu_task_layout(i) == l3batch.TASK_DTYPE.fields[name][1], name
+
+
+def test_shared_memory_formulas_match_the_kernels():
+    lib = kernel_library()
+    for channels in (1, 2, 3, 4):
+        for sample_bytes in (1, 2):
+            for tile_width in (16, 32, 48, 112, 128, 144, 512, 4096):
+                want = lib.l3emu_compact_shared_bytes(channels, tile_width, sample_bytes)
+                items = np.zeros(1, l3batch.ITEM_DTYPE)
+                items["channels"], items["tile_width"], items["tile_height"] = channels, tile_width, 32
+                launch = l3batch.Launch(
+                    fmt.MODE_COMPACT,
+                    8 * sample_bytes,
+                    items,
+                    np.zeros(1, np.int64),
+                    np.zeros(0, l3batch.TASK_DTYPE),
+                    channels,
+                    tile_width,
+                    32,
+                )
+                assert cuda_c.shared_memory_bytes(launch) == want
+                assert want <= cuda_c.DEFAULT_SHARED_LIMIT
+                for tile_height in (8, 64, 256):
+                    items["tile_height"] = tile_height
+                    launch.mode, launch.max_tile_height = fmt.MODE_FAST, tile_height
+                    want = lib.l3emu_fast_shared_bytes(channels, tile_width, tile_height, sample_bytes)
+                    assert cuda_c.shared_memory_bytes(launch) == want
+                    assert want <= 66 * 1024
+
+
+def test_launch_geometry():
+    files = [
+        _encode(make_image("gradient", 40, 40, 3, np.uint8, 0), "compact", 16),
+        _encode(make_image("gradient", 40, 40, 2, np.uint16, 0), "fast", 16),
+    ]
+    batch = l3batch.prepare(files)
+    shapes = {launch.mode: cuda_c.block_shape(launch) for launch in batch.launches}
+    assert shapes == {fmt.MODE_COMPACT: (32, 3, 1), fmt.MODE_FAST: (256, 1, 1)}
+
+
+# ---------------------------------------------------------------- NVRTC: every kernel compiles lean
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_nvrtc_resources(arch):
+    nvrtc = pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-bindings (NVRTC) is not installed")
+    try:
+        nvrtc.nvrtcVersion()
+    except Exception as error:  # noqa: BLE001 - the bindings import, the NVRTC library does not load
+        pytest.skip(f"the NVRTC library does not load: {error}")
+    report = cuda_c.compile_report(arch)
+    assert set(report) == {name for _, name in cuda_c.KERNELS.values()}
+    for name, figures in report.items():
+        summary = {k: v for k, v in figures.items() if k != "log"}
+        assert figures["spill_stores"] == 0 and figures["spill_loads"] == 0, (name, summary)
+        assert figures["stack_frame"] == 0, (name, summary)
+        assert figures["registers"] <= cuda_c.REGISTER_BUDGET, (name, summary)
+        assert figures["shared"] == 0, (name, summary)  # dynamic shared memory only
+
+
+# ---------------------------------------------------------------- the CuPy host path, against a fake CuPy
+
+
+class _FakeCupy:
+    """Just enough of CuPy for kernels/cuda_c.py: RawModule kernels run on the emulator."""
+
+    class Array:
+        def __init__(self, array):
+            self.array = np.ascontiguousarray(array)
+            self.size, self.dtype = self.array.size, self.array.dtype
+            self.data = type("Pointer", (), {"ptr": self.array.ctypes.data})()
+
+        def get(self):
+            return self.array.copy()
+
+    class RawModule:
+        compiled: ClassVar[list] = []
+
+        def __init__(self, code, options):
+            assert code.startswith('#line 1 "') and "-std=c++17" in options
+            self.compiled.append(code)
+
+        def get_function(self, name):
+            return _FakeCupy.Kernel(name)
+
+    class Kernel:
+        launches: ClassVar[list] = []
+
+        def __init__(self, name):
+            self.name = name
+            self.max_dynamic_shared_size_bytes = 0
+
+        def __call__(self, grid, block, args, shared_mem=0):
+            names = [cuda_c.KERNELS[key][1] for key in sorted(cuda_c.KERNELS)]
+            values = [a.data.ptr if isinstance(a, _FakeCupy.Array) else int(a) for a in args]
+            assert isinstance(args[1], np.int64) and isinstance(args[6], np.int64)
+            assert shared_mem <= 48 * 1024 or self.max_dynamic_shared_size_bytes >= shared_mem
+            self.launches.append((self.name, grid, block, shared_mem))
+            lib = kernel_library()
+            assert (
+                lib.l3emu_launch(names.index(self.name), grid[0], *block, shared_mem, 2, 1, *values) == 0
+            ), lib.l3emu_last_error()
+
+    class cuda:  # mirrors the cupy.cuda namespace
+        class Device:
+            id = 0
+            compute_capability = "90"
+            attributes: ClassVar[dict] = {"MaxSharedMemoryPerBlockOptin": 227 * 1024}
+
+            def __init__(self, device=None):
+                pass
+
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                return False
+
+    @staticmethod
+    def asarray(array):
+        return _FakeCupy.Array(array)
+
+    @staticmethod
+    def zeros(shape, dtype):
+        return _FakeCupy.Array(np.zeros(shape, dtype))
+
+
+def test_launch_helper_with_a_fake_cupy(monkeypatch):
+    """cuda_c.launch and load_module as gpu.py calls them: arguments, geometry, shared memory opt-in."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "cupy", _FakeCupy)
+    monkeypatch.setattr(cuda_c, "_modules", {})
+    files = [
+        _encode(make_image("smooth_noise", 20, 4100, 4, np.uint16, 1), "fast", 4096, 8),  # > 48 KiB
+        _encode(make_image("labels", 40, 50, 3, np.uint8, 2), "compact", 16),
+        _encode(make_image("gradient", 20, 30, 1, np.uint8, 3), "fast", 16),
+    ]
+    regions = [(3, 4000, 10, 90), None, (1, 2, 5, 20)]
+    batch = l3batch.prepare(files, regions)
+    data = _FakeCupy.Array(batch.data)
+    starts, ends = _FakeCupy.Array(batch.stream_starts), _FakeCupy.Array(batch.stream_ends)
+    out = _FakeCupy.Array(np.zeros(batch.out_size, np.uint8))
+    for launch in batch.launches:
+        status = _FakeCupy.zeros(len(launch.items), np.int32)
+        cuda_c.launch(launch, data, starts, ends, out, status)
+        assert status.get().tolist() == [0] * len(launch.items)
+    assert len(_FakeCupy.RawModule.compiled) == 2  # one module per source file, cached
+    assert max(shared for *_, shared in _FakeCupy.Kernel.launches) > 48 * 1024
+    for got, data_, region in zip(l3batch.split_output(batch, out.get()), files, regions):
+        np.testing.assert_array_equal(got, l3codec.decode(data_, region=region))
+
+
+# ---------------------------------------------------------------- a real GPU, when there is one
+
+
+def _cupy_with_gpu():
+    cupy = pytest.importorskip("cupy", reason="cupy is not installed")
+    try:
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            pytest.skip("no CUDA device")
+    except Exception as error:  # noqa: BLE001 - no driver, no device
+        pytest.skip(f"no usable CUDA device: {error}")
+    return cupy
+
+
+@pytest.mark.cuda
+def test_real_gpu_matches_cpu():
+    cupy = _cupy_with_gpu()
+    files, regions = [], []
+    for i, (mode, dtype, channels) in enumerate(
+        [("compact", np.uint8, 3), ("compact", np.uint16, 1), ("fast", np.uint8, 4), ("fast", np.uint16, 2)]
+    ):
+        for kind in ("smooth_noise", "labels", "noise", "constant"):
+            image = make_image(kind, 150 + i, 300 - i, channels, dtype, i)
+            files.append(l3codec.encode(image, mode=mode))
+            regions.append(None if kind != "labels" else (7, 9, 100, 200))
+    # 4096-wide fast tiles of 4 16-bit channels need more than 48 KiB of shared memory: the opt-in path
+    files.append(
+        l3codec.encode(make_image("smooth_noise", 40, 4200, 4, np.uint16, 9), mode="fast", tile_width=4096)
+    )
+    regions.append((5, 4000, 30, 200))
+    batch = l3batch.prepare(files, regions)
+    data = cupy.asarray(batch.data)
+    starts, ends = cupy.asarray(batch.stream_starts), cupy.asarray(batch.stream_ends)
+    out = cupy.zeros(batch.out_size, cupy.uint8)
+    status = np.zeros(len(files), np.int32)
+    stream = cupy.cuda.Stream()  # blocking: ordered after the allocations on the default stream
+    for launch in batch.launches:
+        launch_status = cupy.zeros(len(launch.items), cupy.int32)
+        cuda_c.launch(launch, data, starts, ends, out, launch_status, stream=stream)
+        stream.synchronize()
+        status[launch.item_index] = launch_status.get()
+    assert status.tolist() == [0] * len(files)
+    for got, data_, region in zip(l3batch.split_output(batch, out.get()), files, regions):
+        np.testing.assert_array_equal(got, l3codec.decode(data_, region=region))
+
+
+def test_emulation_error_type():
+    assert issubclass(EmulationError, RuntimeError)
