@@ -142,6 +142,8 @@ def ptxas_report(out) -> None:
         print(f"\n(no CUDA C kernels: {error})", file=out)
         return
     print("\n## ptxas resource usage (NVRTC)\n", file=out)
+    print(f"Register budget: {cuda_c.REGISTER_BUDGET} per thread; dynamic shared memory is sized per launch "
+          "(cuda_c.shared_memory_bytes).\n", file=out)
     print("| arch | kernel | registers | stack bytes | spill stores | spill loads | static smem |", file=out)
     print("|---|---|---|---|---|---|---|", file=out)
     for arch in ("sm_80", "sm_90"):
@@ -151,8 +153,8 @@ def ptxas_report(out) -> None:
             print(f"| {arch} | NVRTC unavailable: {error} | | | | | |", file=out)
             continue
         for kernel, r in sorted(report.items()):
-            print(f"| {arch} | {kernel} | {r.get('registers')} | {r.get('stack_bytes')} | "
-                  f"{r.get('spill_stores')} | {r.get('spill_loads')} | {r.get('shared_bytes')} |", file=out)
+            print(f"| {arch} | {kernel} | {r['registers']} | {r['stack_frame']} | "
+                  f"{r['spill_stores']} | {r['spill_loads']} | {r['shared']} |", file=out)
 
 
 # ---------------------------------------------------------------- measurement (GPU)

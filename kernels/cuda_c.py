@@ -39,7 +39,7 @@ COMPILE_OPTIONS = ("-std=c++17", f"-I{KERNEL_DIR}")
 # Registers per thread that every kernel must fit without spilling (checked by the tests
 # through compile_report). 64 lets an SM hold 1024 resident threads (32 warps, half of
 # sm_80/sm_90's 2048): enough warps to hide the dependent-load latency of the bit readers,
-# and the kernels' __launch_bounds__ (256 x 4 blocks, 128 x 8 blocks) ask ptxas for it.
+# and the kernels' __launch_bounds__ (128 threads x 8 blocks) ask ptxas for it.
 REGISTER_BUDGET = 64
 
 # Mirrors of kernels/l3_common.cuh (tests compare them with the C functions).
@@ -48,8 +48,8 @@ COMPACT_HEADER_BYTES = 64  # the TileWriter
 # per channel: the sums and counts of 9 contexts x 32 rows, and the 32 row ends
 COMPACT_STATE_BYTES = 2 * 9 * 32 * 4 + 32 * 8
 COMPACT_RING_MAX = 128  # columns staged at once
-FAST_THREADS = 256
-FAST_FIXED_BYTES = 1248  # sizeof(FastShared)
+FAST_THREADS = 128
+FAST_FIXED_BYTES = 1232  # sizeof(FastShared)
 FAST_STAGE_BUDGET = 32768
 # above this a kernel must opt in (cudaFuncAttributeMaxDynamicSharedMemorySize)
 DEFAULT_SHARED_LIMIT = 48 * 1024
@@ -71,7 +71,7 @@ def fast_ring_rows(channels, tile_width, tile_height, sample_bytes):
 
 
 def block_shape(launch) -> tuple:
-    """blockDim for a launch: (32, max_channels, 1) for compact (a warp per channel), (256, 1, 1) for fast."""
+    """blockDim for a launch: (32, max_channels, 1) for compact (a warp per channel), (128, 1, 1) for fast."""
     if launch.mode == MODE_COMPACT:
         return (32, int(launch.max_channels), 1)
     return (FAST_THREADS, 1, 1)

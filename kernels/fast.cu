@@ -1,7 +1,7 @@
-// `fast` mode GPU decoder: one block of 256 threads per tile, the channels and rows of the
+// `fast` mode GPU decoder: one block of 128 threads per tile, the channels and rows of the
 // tile in order, every row decoded in parallel (l3codec/fast.py).
 //
-// Per row: thread g reads the width field of group g (a row has at most 256 groups), a
+// Per row: thread t reads the width fields of groups 2t and 2t+1 (at most 256 groups), a
 // block-wide exclusive scan turns widths into bit offsets, then every thread unpacks
 // its columns' mapped residuals from the widths alone. Row 0 is a delta along the row
 // (a block scan of the unzigzagged residuals, exact modulo 2**bits); later rows decode
@@ -24,7 +24,7 @@ struct FastShared {
     int source[4];  // SOURCE_*
     int value[4];   // the sample of a constant stream
     int scan[FAST_THREADS / 32];
-    int groups[FAST_THREADS];  // per group of the current row: (bit offset << 5) | width
+    int groups[FAST_MAX_GROUPS];  // per group of the current row: (bit offset << 5) | width
 };
 static_assert(sizeof(FastShared) == FAST_FIXED_BYTES, "FAST_FIXED_BYTES must match FastShared");
 static_assert(FAST_FIXED_BYTES % 16 == 0, "the staged rows must stay aligned");
@@ -44,14 +44,20 @@ L3_DEVICE void decode_fast_row(const unsigned char* __restrict__ data, long long
     const long long data_pos = sh.data_pos[channel];
     const long long field_pos = (sh.start[channel] + 1) * 8 + (long long)r * groups * field_bits;
 
-    int width = 0, bits_here = 0;
-    if (tid < groups) {
-        width = (int)read_bits(data, size, field_pos + tid * field_bits, field_bits);
-        bits_here = width * min_of((int)GROUP_SIZE, w - tid * GROUP_SIZE) + (width > BITS ? GROUP_BAD : 0);
+    // thread t reads the width fields of groups 2t and 2t + 1
+    int width[2] = {0, 0}, group_bits[2] = {0, 0};
+    for (int k = 0; k < 2; ++k) {
+        const int g = 2 * tid + k;
+        if (g < groups) {
+            width[k] = (int)read_bits(data, size, field_pos + g * field_bits, field_bits);
+            group_bits[k] = width[k] * min_of((int)GROUP_SIZE, w - g * GROUP_SIZE) + (width[k] > BITS ? GROUP_BAD : 0);
+        }
     }
     int total;
-    const int offset = block_exclusive_scan(bits_here, sh.scan, &total);
-    if (tid < groups) sh.groups[tid] = ((offset & (GROUP_BAD - 1)) << 5) | width;
+    const int offset = block_exclusive_scan(group_bits[0] + group_bits[1], sh.scan, &total);
+    if (2 * tid < groups) sh.groups[2 * tid] = ((offset & (GROUP_BAD - 1)) << 5) | width[0];
+    if (2 * tid + 1 < groups)
+        sh.groups[2 * tid + 1] = (((offset + group_bits[0]) & (GROUP_BAD - 1)) << 5) | width[1];
     __syncthreads();
 
     for (int col = tid; col < w; col += FAST_THREADS) {
@@ -196,7 +202,7 @@ L3_DEVICE void decode_fast_tile(const unsigned char* __restrict__ data, long lon
 }  // namespace l3
 
 #define L3_FAST_KERNEL(name, T, BITS)                                                                         \
-    extern "C" __global__ void __launch_bounds__(l3::FAST_THREADS, 4)                                           \
+    extern "C" __global__ void __launch_bounds__(l3::FAST_THREADS, 8)                                           \
         name(const unsigned char* __restrict__ data, long long data_size,                                    \
              const long long* __restrict__ stream_starts, const long long* __restrict__ stream_ends,         \
              const L3Item* __restrict__ items, const L3Task* __restrict__ tasks, long long task_count,      \

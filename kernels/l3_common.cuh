@@ -85,8 +85,11 @@ L3_HOST_DEVICE long long compact_shared_bytes(long long channels, long long tile
 // decoded rows ([ring][tile_width] samples): bands of ring - 1 rows are written out at once,
 // the ring's extra row keeps the row above the band.
 enum : int {
-    FAST_THREADS = 256,  // one thread per 16-sample group of the widest tile (4096)
-    FAST_FIXED_BYTES = 1248,
+    // a thread per column pair of a 256-wide tile keeps every lane busy in the even and odd phases;
+    // each thread reads two width fields, covering the 256 groups of the widest tile (4096)
+    FAST_THREADS = 128,
+    FAST_MAX_GROUPS = 256,
+    FAST_FIXED_BYTES = 1232,
     FAST_STAGE_BUDGET = 32768,  // bytes of staged rows aimed at; at least 2 rows are staged
 };
 

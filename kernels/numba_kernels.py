@@ -78,6 +78,13 @@ def report(status, item, code):
 
 
 @cuda.jit(device=True, inline="always")
+def stream_id(items, tasks, task, item, channel):
+    """Index of the task's tile-channel in the batch's stream arrays."""
+    tile = tasks[task, T_TILE_Y] * items[item, I_TILES_X] + tasks[task, T_TILE_X]
+    return items[item, I_STREAM_BASE] + tile * items[item, I_CHANNELS] + channel
+
+
+@cuda.jit(device=True, inline="always")
 def write_tile(tiles, items, item, y0, x0, h, w, out, thread, threads):
     """Write the tile's intersection with the item's region to out (HWC), undoing the colour
     transform. Consecutive threads write consecutive pixels."""
@@ -148,8 +155,7 @@ def decode_compact(data, stream_starts, stream_ends, items, tasks, tile_rows, ti
     row_start = np.int64(0)
     row_end = np.int64(0)
     if active:
-        stream = items[item, I_STREAM_BASE] + (tasks[task, T_TILE_Y] * items[item, I_TILES_X]
-                                              + tasks[task, T_TILE_X]) * channels + channel
+        stream = stream_id(items, tasks, task, item, channel)
         start = stream_starts[stream]
         end = stream_ends[stream]
         kind = data[start]
@@ -225,8 +231,7 @@ def decode_fast(data, stream_starts, stream_ends, items, tasks, tile_rows, tile_
 
     for channel in range(channels):
         tile = tiles[channel]
-        stream = items[item, I_STREAM_BASE] + (tasks[task, T_TILE_Y] * items[item, I_TILES_X]
-                                              + tasks[task, T_TILE_X]) * channels + channel
+        stream = stream_id(items, tasks, task, item, channel)
         start = stream_starts[stream]
         end = stream_ends[stream]
         kind = data[start]

@@ -118,6 +118,9 @@ def test_wide_tiles_are_written_in_strips_and_bands():
     assert cuda_c.shared_memory_bytes(fast) <= cuda_c.DEFAULT_SHARED_LIMIT
     _assert_matches_cpu(files, orders=("forward",))
     assert _stream_census(files[3])["raw"] == 4
+    # the widest fast tile: 256 width groups, two per thread
+    widest = [_encode(make_image("smooth_noise", 3, 4100, 1, np.uint8, 5), "fast", 4096, 8)]
+    _assert_matches_cpu(widest, orders=("shuffled",))
     _assert_matches_cpu(
         files, [(3, 130, 30, 140), (0, 140, 35, 60), (17, 5, 50, 250), (1, 2, 38, 250)], orders=("reversed",)
     )
@@ -316,7 +319,7 @@ def test_every_status_code_is_reachable():
 
 
 @pytest.mark.parametrize(
-    "mode, block", [("compact", (32, 2, 1)), ("compact", (64, 3, 1)), ("fast", (128, 1, 1))]
+    "mode, block", [("compact", (32, 2, 1)), ("compact", (64, 3, 1)), ("fast", (64, 1, 1))]
 )
 def test_a_launch_that_does_not_fit_reports(mode, block):
     data = _encode(make_image("smooth_noise", 20, 20, 3, np.uint8, 0), mode, 16)
@@ -469,7 +472,7 @@ def test_launch_geometry():
     ]
     batch = l3batch.prepare(files)
     shapes = {launch.mode: cuda_c.block_shape(launch) for launch in batch.launches}
-    assert shapes == {fmt.MODE_COMPACT: (32, 3, 1), fmt.MODE_FAST: (256, 1, 1)}
+    assert shapes == {fmt.MODE_COMPACT: (32, 3, 1), fmt.MODE_FAST: (cuda_c.FAST_THREADS, 1, 1)}
 
 
 # ---------------------------------------------------------------- NVRTC: every kernel compiles lean
