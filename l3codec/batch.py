@@ -85,8 +85,11 @@ def output_shape(info: fmt.Info, region) -> tuple:
     return (h, w) if info.channels == 1 else (h, w, info.channels)
 
 
-def prepare(items, regions=None, *, verify: bool = True, max_pixels: int = fmt.MAX_PIXELS) -> Batch:
-    """Validate every item and build the launch tables. A bad item raises L3Error naming its index."""
+def prepare(items, regions=None, *, verify=True, max_pixels: int = fmt.MAX_PIXELS) -> Batch:
+    """Validate every item and build the launch tables. A bad item raises L3Error naming its index.
+
+    verify: check payload checksums; a bool, or one bool per item.
+    """
     items = list(items)
     if not items:
         raise L3Error("empty batch")
@@ -95,11 +98,12 @@ def prepare(items, regions=None, *, verify: bool = True, max_pixels: int = fmt.M
     regions = list(regions)
     if len(regions) != len(items):
         raise L3Error(f"{len(regions)} regions for {len(items)} items")
+    verify = [verify] * len(items) if isinstance(verify, bool) else list(verify)
     views, parsed_items, checked_regions = [], [], []
-    for index, (item, region) in enumerate(zip(items, regions)):
+    for index, (item, region, check_payload) in enumerate(zip(items, regions, verify)):
         try:
             view = fmt.as_bytes_view(item)
-            parsed = fmt.parse(view, verify=verify)
+            parsed = fmt.parse(view, verify=check_payload)
             info = parsed.info
             full = (0, 0, info.height, info.width)
             checked_regions.append(full if region is None else check_region(info, region))

@@ -49,7 +49,7 @@ def decode_batch(items, /, *, backend: str = "cupy", regions=None, out=None, str
     if single and regions is not None:
         regions = [regions]
     host = [_host_bytes(item) for item in item_list]
-    prepared = batching.prepare([data for data, _ in host], regions, verify=verify and all(v for _, v in host))
+    prepared = batching.prepare([data for data, _ in host], regions, verify=[verify and v for _, v in host])
     run = _run_numba if backend == "numba" else _run_cupy
     out_bytes, status = run(prepared, out, stream)
     bad = np.flatnonzero(status)
