@@ -155,6 +155,31 @@ def ptxas_report(out) -> None:
         for kernel, r in sorted(report.items()):
             print(f"| {arch} | {kernel} | {r['registers']} | {r['stack_frame']} | "
                   f"{r['spill_stores']} | {r['spill_loads']} | {r['shared']} |", file=out)
+    numba_report(out)
+
+
+def numba_report(out) -> None:
+    """ptxas on the Numba kernels' PTX (numba.cuda.compile_ptx, linked by nvJitLink)."""
+    try:
+        from l3codec.kernels import numba_kernels
+
+        report = numba_kernels.resource_report(cc=(9, 0))
+    except Exception as error:  # noqa: BLE001 - report why numba-cuda or nvJitLink is unusable here
+        print(f"
+(no Numba kernel report: {error})", file=out)
+        return
+    print("
+## ptxas resource usage of the Numba kernels (sm_90, nvJitLink)
+", file=out)
+    print("Their stack bytes are the kernels' own local arrays (a compact row's adaptive state), not spills.
+",
+          file=out)
+    print("| kernel | threads per block | registers | stack bytes | spill stores | spill loads | static smem |",
+          file=out)
+    print("|---|---|---|---|---|---|---|", file=out)
+    for kernel, r in sorted(report.items()):
+        print(f"| {kernel} | {numba_kernels.LAUNCH_THREADS[kernel]} | {r['registers']} | {r['stack_frame']} | "
+              f"{r['spill_stores']} | {r['spill_loads']} | {r['shared']} |", file=out)
 
 
 # ---------------------------------------------------------------- measurement (GPU)

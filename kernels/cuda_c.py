@@ -244,7 +244,7 @@ class _NoStream:
 
 _PTXAS_FUNCTION = re.compile(r"Function properties for (\w+)")
 _PTXAS_STACK = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
-_PTXAS_USED = re.compile(r"Used (\d+) registers(.*)")
+_PTXAS_USED = re.compile(r"Used (\d+) registers")
 _PTXAS_SMEM = re.compile(r"(\d+) bytes smem")
 
 
@@ -290,21 +290,31 @@ def compile_report(arch: str) -> dict:
     report = {}
     for filename in SOURCES:
         _, log = nvrtc_compile(filename, arch, ("--ptxas-options=-v",))
-        name = None
-        for line in log.splitlines():
-            match = _PTXAS_FUNCTION.search(line)
-            if match:
-                name = match.group(1)
-                report[name] = {"file": filename, "log": log}
-                continue
-            if name is None:
-                continue
-            match = _PTXAS_STACK.search(line)
-            if match:
-                stack, stores, loads = (int(v) for v in match.groups())
-                report[name].update(stack_frame=stack, spill_stores=stores, spill_loads=loads)
-            match = _PTXAS_USED.search(line)
-            if match:
-                smem = _PTXAS_SMEM.search(match.group(2))
-                report[name].update(registers=int(match.group(1)), shared=int(smem.group(1)) if smem else 0)
+        report.update(parse_ptxas_log(log, filename))
+    return report
+
+
+def parse_ptxas_log(log: str, filename: str) -> dict:
+    """{kernel name: {"file", "registers", "stack_frame", "spill_stores", "spill_loads", "shared",
+    "log"}} from ptxas -v output."""
+    report = {}
+    name = None
+    for line in log.splitlines():
+        match = _PTXAS_FUNCTION.search(line)
+        if match:
+            name = match.group(1)
+            report[name] = {"file": filename, "log": log, "shared": 0}
+            continue
+        if name is None:
+            continue
+        match = _PTXAS_STACK.search(line)
+        if match:
+            stack, stores, loads = (int(v) for v in match.groups())
+            report[name].update(stack_frame=stack, spill_stores=stores, spill_loads=loads)
+        match = _PTXAS_USED.search(line)
+        if match:
+            report[name]["registers"] = int(match.group(1))
+        match = _PTXAS_SMEM.search(line)  # on the "Used" line (NVRTC) or a summary line (nvJitLink)
+        if match:
+            report[name]["shared"] = int(match.group(1))
     return report

@@ -8,8 +8,13 @@ one block per task (a tile of an item), items and tasks as int64 matrices.
 
 compact: block (32, channels). Lane r decodes row r of channel y as a wavefront:
 pixel (r, c) at step r + c, after lane r - 1 wrote (r - 1, c) into shared memory
-at the previous step. fast: one thread per pair of columns. Each row decodes in
-parallel: residuals from the group widths, then even columns, then odd ones.
+at the previous step. fast: FAST_THREADS threads, each on pairs of columns. Each row
+decodes in parallel: residuals from the group widths, then even columns, then odd ones.
+
+Both stage decoded samples in rings, as the CUDA C kernels do, so that shared memory
+stays within the 48 KiB a block gets without opting in, whatever the tile width:
+compact a ring of COMPACT_RING columns written out in strips, fast a ring of rows
+written out in bands.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from numba import config, cuda
 
 from l3codec import batch, bitio, colour, compact, fast, streams
 from l3codec import format as fmt
+from l3codec.format import L3Error
 from l3codec.jit import compile_device_functions
 
 _dev = compile_device_functions([bitio, colour, streams, compact, fast], cuda.jit(device=True, inline="always"))
@@ -34,17 +40,29 @@ compact_row_length = _dev.compact_row_length
 fast_stream_layout = _dev.fast_stream_layout
 width_field_bits = _dev.width_field_bits
 groups_per_row = _dev.groups_per_row
-predict = _dev.predict
+predict_odd = _dev.predict_odd
 unzigzag = _dev.unzigzag
 
 WARP = 32
-# Most threads a fast block uses. The simulator runs every thread as a Python thread:
-# one warp keeps its runs short.
-FAST_THREADS = 32 if config.ENABLE_CUDASIM else 1024
+# Threads of a fast block (one per column pair of a 256-wide tile, as in fast.cu). The
+# simulator runs every thread as a Python thread: one warp keeps its runs short.
+FAST_THREADS = 32 if config.ENABLE_CUDASIM else 128
 TILE_SAMPLE = np.dtype(np.uint16)  # shared staging holds 8- and 16-bit samples alike
+MAX_CHANNELS = 4
 MAX_GROUPS = fmt.MAX_TILE_WIDTH // fast.GROUP_SIZE
 GROUP_STARTS = MAX_GROUPS + 1  # shared array sizes must be plain constants
 MAX_TILE_WIDTH = fmt.MAX_TILE_WIDTH
+# compact stages a ring of columns per row, like compact.cu: a tile up to RING wide at once,
+# a wider one in strips of RING - WARP steps, each written out before the ring wraps
+COMPACT_RING = 128
+COMPACT_STAGE = MAX_CHANNELS * WARP * COMPACT_RING
+# fast stages a ring of rows per channel, sized to this many bytes (at least 2 rows), like fast.cu
+FAST_STAGE_BUDGET = 32768
+# what a block may use without opting in to more (numba-cuda cannot opt in)
+SHARED_LIMIT = 48 * 1024
+# a bound on decode_fast's static shared arrays (group tables, scan scratch); the tests check
+# it against ptxas's report
+FAST_STATIC_SHARED = 16 * 1024
 
 # Column indices of the int64 views of batch.ITEM_DTYPE and batch.TASK_DTYPE records.
 _ITEM = {name: i for i, name in enumerate(batch.ITEM_DTYPE.names)}
@@ -85,30 +103,37 @@ def stream_id(items, tasks, task, item, channel):
 
 
 @cuda.jit(device=True, inline="always")
-def write_tile(tiles, items, item, y0, x0, h, w, out, thread, threads):
-    """Write the tile's intersection with the item's region to out (HWC), undoing the colour
-    transform. Consecutive threads write consecutive pixels."""
+def staged(channel, row, col, ring_rows, ring_columns):
+    """Index of a tile sample in a ring-staged 1-D shared array: [channel][row][column]."""
+    return (channel * ring_rows + row % ring_rows) * ring_columns + col % ring_columns
+
+
+@cuda.jit(device=True, inline="always")
+def write_tile(stage, ring_rows, ring_columns, items, item, y0, x0, rows, columns, out, thread, threads):
+    """Write tile-local rows [rows[0], rows[1]) x columns [columns[0], columns[1]), clipped to the
+    item's region, from the ring to out (HWC), undoing the colour transform. Consecutive
+    threads write consecutive pixels."""
     channels = items[item, I_CHANNELS]
     bits = items[item, I_BITS]
     sample_bytes = bits // 8
     ry = items[item, I_REGION_Y]
     rx = items[item, I_REGION_X]
-    top = max(y0, ry)
-    bottom = min(y0 + h, ry + items[item, I_REGION_H])
-    left = max(x0, rx)
-    right = min(x0 + w, rx + items[item, I_REGION_W])
+    top = max(y0 + rows[0], ry)
+    bottom = min(y0 + rows[1], ry + items[item, I_REGION_H])
+    left = max(x0 + columns[0], rx)
+    right = min(x0 + columns[1], rx + items[item, I_REGION_W])
     if top >= bottom or left >= right:
         return
-    columns = right - left
-    for index in range(thread, (bottom - top) * columns, threads):
-        y = top + index // columns
-        x = left + index % columns
-        c0 = np.int64(tiles[0, y - y0, x - x0])
+    width = right - left
+    for index in range(thread, (bottom - top) * width, threads):
+        y = top + index // width
+        x = left + index % width
+        c0 = np.int64(stage[staged(0, y - y0, x - x0, ring_rows, ring_columns)])
         c1 = c0
         c2 = c0
         if channels >= 3:
-            c1 = np.int64(tiles[1, y - y0, x - x0])
-            c2 = np.int64(tiles[2, y - y0, x - x0])
+            c1 = np.int64(stage[staged(1, y - y0, x - x0, ring_rows, ring_columns)])
+            c2 = np.int64(stage[staged(2, y - y0, x - x0, ring_rows, ring_columns)])
             if items[item, I_TRANSFORM] == TRANSFORM_SUBTRACT_GREEN:
                 c0, c1, c2 = add_green(c0, c1, c2, bits)
         pos = items[item, I_OUT_OFFSET] + (y - ry) * items[item, I_OUT_PITCH] + (x - rx) * channels * sample_bytes
@@ -120,7 +145,7 @@ def write_tile(tiles, items, item, y0, x0, h, w, out, thread, threads):
             elif channel == 2:
                 value = c2
             else:
-                value = np.int64(tiles[channel, y - y0, x - x0])
+                value = np.int64(stage[staged(channel, y - y0, x - x0, ring_rows, ring_columns)])
             out[pos] = value & 255
             if sample_bytes == 2:
                 out[pos + 1] = (value >> 8) & 255
@@ -128,9 +153,9 @@ def write_tile(tiles, items, item, y0, x0, h, w, out, thread, threads):
 
 
 @cuda.jit
-def decode_compact(data, stream_starts, stream_ends, items, tasks, tile_rows, tile_stride, out, status):
-    shared = cuda.shared.array(0, dtype=TILE_SAMPLE)
-    mapped_slots = cuda.shared.array((2, 4, WARP), dtype=np.int64)
+def decode_compact(data, stream_starts, stream_ends, items, tasks, out, status):
+    stage = cuda.shared.array(COMPACT_STAGE, dtype=TILE_SAMPLE)
+    mapped_slots = cuda.shared.array((2, MAX_CHANNELS, WARP), dtype=np.int64)
     state = cuda.local.array(STATE_SIZE, dtype=np.int64)
     lane = cuda.threadIdx.x
     channel = cuda.threadIdx.y
@@ -138,8 +163,6 @@ def decode_compact(data, stream_starts, stream_ends, items, tasks, tile_rows, ti
     item = tasks[task, T_ITEM]
     channels = items[item, I_CHANNELS]
     bits = items[item, I_BITS]
-    planes = shared.shape[0] // (tile_rows * tile_stride)
-    tiles = shared[: planes * tile_rows * tile_stride].reshape((planes, tile_rows, tile_stride))
     tile_height = items[item, I_TILE_HEIGHT]
     tile_width = items[item, I_TILE_WIDTH]
     y0 = tasks[task, T_TILE_Y] * tile_height
@@ -147,11 +170,14 @@ def decode_compact(data, stream_starts, stream_ends, items, tasks, tile_rows, ti
     h = min(tile_height, items[item, I_HEIGHT] - y0)
     w = min(tile_width, items[item, I_WIDTH] - x0)
     half = np.int64(1) << (bits - 1)
+    ring = COMPACT_RING
 
     active = channel < channels and lane < h
     code = STATUS_OK
     coded = False
     copy_row = False
+    raw_start = np.int64(-1)  # a raw or constant stream's start: its samples are read as the wavefront passes
+    raw_kind = 0
     row_start = np.int64(0)
     row_end = np.int64(0)
     if active:
@@ -161,8 +187,8 @@ def decode_compact(data, stream_starts, stream_ends, items, tasks, tile_rows, ti
         kind = data[start]
         code = uncoded_stream_status(kind, end - start, bits // 8, h * w)
         if code == STATUS_OK and kind != KIND_CODED:
-            for col in range(w):
-                tiles[channel, lane, col] = uncoded_sample(data, start, kind, lane * w + col, bits // 8)
+            raw_start = start
+            raw_kind = kind
         elif code == STATUS_OK:
             code, run_index, k_nibbles, length_bits, table_pos, row_start = compact_stream_layout(
                 data, start, end, h
@@ -180,37 +206,61 @@ def decode_compact(data, stream_starts, stream_ends, items, tasks, tile_rows, ti
                     coded = True
                     row_state_init(state, row_start, k_nibbles, run_index)
 
-    for step in range(h + w - 1):
-        col = step - lane
-        if coded and 0 <= col < w:
-            if copy_row:
-                value = np.int64(tiles[channel, lane - 1, col])
-                state[S_MAPPED] = 0
-            else:
-                left = np.int64(tiles[channel, lane, col - 1]) if col > 0 else half
-                left2 = np.int64(tiles[channel, lane, col - 2]) if col > 1 else half
-                up = np.int64(tiles[channel, lane - 1, col]) if lane > 0 else half
-                upleft = np.int64(tiles[channel, lane - 1, col - 1]) if lane > 0 and col > 0 else half
-                mapped_n = mapped_slots[(step + 1) % 2, channel, lane - 1] if lane > 0 else 0
-                wv, nv, nwv = neighbours(lane, col, left, left2, up, upleft, half)
-                value = decode_sample(data, state, wv, nv, nwv, mapped_n, w - col, bits)
-            tiles[channel, lane, col] = value
-            mapped_slots[step % 2, channel, lane] = state[S_MAPPED]
+    # the wavefront: lane r decodes column step - r; a tile wider than the ring goes in strips of
+    # ring - WARP steps, after each of which the columns every row has finished are written out
+    steps = h + w - 1
+    strip = steps if tile_width <= ring else ring - WARP
+    written = 0
+    for s0 in range(0, steps, strip):
+        s1 = min(s0 + strip, steps)
+        for step in range(s0, s1):
+            col = step - lane
+            if active and 0 <= col < w:
+                value = np.int64(0)
+                if raw_start >= 0:
+                    value = uncoded_sample(data, raw_start, raw_kind, lane * w + col, bits // 8)
+                elif coded and copy_row:
+                    value = np.int64(stage[staged(channel, lane - 1, col, WARP, ring)])
+                    state[S_MAPPED] = 0
+                elif coded:
+                    left = np.int64(stage[staged(channel, lane, col - 1, WARP, ring)]) if col > 0 else half
+                    left2 = np.int64(stage[staged(channel, lane, col - 2, WARP, ring)]) if col > 1 else half
+                    up = np.int64(stage[staged(channel, lane - 1, col, WARP, ring)]) if lane > 0 else half
+                    upleft = (
+                        np.int64(stage[staged(channel, lane - 1, col - 1, WARP, ring)])
+                        if lane > 0 and col > 0
+                        else half
+                    )
+                    mapped_n = mapped_slots[(step + 1) % 2, channel, lane - 1] if lane > 0 else 0
+                    wv, nv, nwv = neighbours(lane, col, left, left2, up, upleft, half)
+                    value = decode_sample(data, state, wv, nv, nwv, mapped_n, w - col, bits)
+                stage[staged(channel, lane, col, WARP, ring)] = value
+                mapped_slots[step % 2, channel, lane] = state[S_MAPPED] if coded else 0
+            cuda.syncthreads()
+        # after steps [0, s1) row r has columns [0, s1 - r): all h rows have [0, s1 - h + 1)
+        done = w if s1 == steps else max(written, s1 - h + 1)
+        write_tile(stage, WARP, ring, items, item, y0, x0, (0, h), (written, done), out,
+                   channel * WARP + lane, cuda.blockDim.y * WARP)
+        written = done
         cuda.syncthreads()
 
     if coded and not copy_row and (state[S_POS] != row_end or state[S_ERROR] != 0):
         code = STATUS_CORRUPT
     report(status, item, code)
-    cuda.syncthreads()
-    write_tile(tiles, items, item, y0, x0, h, w, out, channel * WARP + lane, cuda.blockDim.y * WARP)
 
 
 @cuda.jit
-def decode_fast(data, stream_starts, stream_ends, items, tasks, tile_rows, tile_stride, out, status):
-    shared = cuda.shared.array(0, dtype=TILE_SAMPLE)
+def decode_fast(data, stream_starts, stream_ends, items, tasks, ring_rows, out, status):
+    stage = cuda.shared.array(0, dtype=TILE_SAMPLE)
     group_starts = cuda.shared.array(GROUP_STARTS, dtype=np.int64)
     group_widths = cuda.shared.array(MAX_GROUPS, dtype=np.int64)
     scan_scratch = cuda.shared.array(MAX_TILE_WIDTH, dtype=TILE_SAMPLE)
+    bad_width = cuda.shared.array(1, dtype=np.int64)  # the current row has a width field > bits
+    # per channel, the same in every thread: status, next residual bit, where the width fields are
+    codes = cuda.local.array(MAX_CHANNELS, dtype=np.int64)
+    data_pos = cuda.local.array(MAX_CHANNELS, dtype=np.int64)
+    field_pos = cuda.local.array(MAX_CHANNELS, dtype=np.int64)
+    row_fields = cuda.local.array(MAX_CHANNELS, dtype=np.int64)
     thread = cuda.threadIdx.x
     threads = cuda.blockDim.x
     task = cuda.blockIdx.x
@@ -219,8 +269,6 @@ def decode_fast(data, stream_starts, stream_ends, items, tasks, tile_rows, tile_
     bits = items[item, I_BITS]
     tile_height = items[item, I_TILE_HEIGHT]
     tile_width = items[item, I_TILE_WIDTH]
-    planes = shared.shape[0] // (tile_rows * tile_stride)
-    tiles = shared[: planes * tile_rows * tile_stride].reshape((planes, tile_rows, tile_stride))
     y0 = tasks[task, T_TILE_Y] * tile_height
     x0 = tasks[task, T_TILE_X] * tile_width
     h = min(tile_height, items[item, I_HEIGHT] - y0)
@@ -230,81 +278,192 @@ def decode_fast(data, stream_starts, stream_ends, items, tasks, tile_rows, tile_
     field_bits = width_field_bits(bits)
 
     for channel in range(channels):
-        tile = tiles[channel]
         stream = stream_id(items, tasks, task, item, channel)
         start = stream_starts[stream]
         end = stream_ends[stream]
-        kind = data[start]
-        code = uncoded_stream_status(kind, end - start, bits // 8, h * w)
-        if code == STATUS_OK and kind != KIND_CODED:
-            for index in range(thread, h * w, threads):
-                tile[index // w, index % w] = uncoded_sample(data, start, kind, index, bits // 8)
-        elif code == STATUS_OK:
-            code, field_pos, row_fields, data_pos = fast_stream_layout(start, end, h, w, bits)
-        coded = code == STATUS_OK and kind == KIND_CODED
-        for row in range(h if coded else 0):
-            if thread == 0:
-                # group starts of this row: a short serial scan over the row's width fields
-                pos = data_pos
-                for group in range(groups):
-                    width = read_bits(data, field_pos + row * row_fields + group * field_bits, field_bits)
-                    if width > bits:
-                        code = STATUS_BAD_HEADER
-                    group_widths[group] = width
-                    group_starts[group] = pos
-                    pos += width * (min(w, (group + 1) * GROUP_SIZE) - group * GROUP_SIZE)
-                group_starts[groups] = pos
-            cuda.syncthreads()
-            data_pos = group_starts[groups]
-            for col in range(thread, w, threads):
-                group = col // GROUP_SIZE
-                width = group_widths[group]
-                tile[row, col] = read_bits(data, group_starts[group] + (col % GROUP_SIZE) * width, width)
-            cuda.syncthreads()
-            if row == 0:
-                # row 0 is a running sum mod 2**bits from half: a parallel (Hillis-Steele) scan
-                for col in range(thread, w, threads):
-                    first = (np.int64(1) << (bits - 1)) if col == 0 else 0
-                    tile[0, col] = (first + unzigzag(np.int64(tile[0, col]))) & mask
+        codes[channel] = uncoded_stream_status(data[start], end - start, bits // 8, h * w)
+        if codes[channel] == STATUS_OK and data[start] == KIND_CODED:
+            codes[channel], field_pos[channel], row_fields[channel], data_pos[channel] = fast_stream_layout(
+                start, end, h, w, bits
+            )
+
+    # bands of ring_rows - 1 rows; the ring's spare row keeps the row above the band
+    band = ring_rows - 1
+    for b0 in range(0, h, band):
+        b1 = min(b0 + band, h)
+        for channel in range(channels):
+            stream = stream_id(items, tasks, task, item, channel)
+            start = stream_starts[stream]
+            kind = data[start]
+            if codes[channel] != STATUS_OK:
+                continue  # block-uniform: every thread holds the same codes
+            if kind != KIND_CODED:
+                for index in range(thread, (b1 - b0) * w, threads):
+                    row = b0 + index // w
+                    col = index % w
+                    stage[staged(channel, row, col, ring_rows, tile_width)] = uncoded_sample(
+                        data, start, kind, row * w + col, bits // 8
+                    )
+                continue
+            for row in range(b0, b1):
+                if thread == 0:
+                    # group starts of this row: a short serial scan over the row's width fields
+                    pos = data_pos[channel]
+                    bad_width[0] = 0
+                    for group in range(groups):
+                        width = read_bits(data, field_pos[channel] + row * row_fields[channel] + group * field_bits,
+                                          field_bits)
+                        if width > bits:
+                            bad_width[0] = 1
+                            width = 0
+                        group_widths[group] = width
+                        group_starts[group] = pos
+                        pos += width * (min(w, (group + 1) * GROUP_SIZE) - group * GROUP_SIZE)
+                    group_starts[groups] = pos
                 cuda.syncthreads()
-                offset = 1
-                while offset < w:
+                data_pos[channel] = group_starts[groups]
+                # the CPU decoder's checks after each row: it stops at the first bad one
+                if bad_width[0] != 0:
+                    codes[channel] = STATUS_BAD_HEADER
+                elif data_pos[channel] > stream_ends[stream] * 8:
+                    codes[channel] = STATUS_BAD_SIZE
+                for col in range(thread, w, threads):
+                    group = col // GROUP_SIZE
+                    width = group_widths[group]
+                    stage[staged(channel, row, col, ring_rows, tile_width)] = read_bits(
+                        data, group_starts[group] + (col % GROUP_SIZE) * width, width
+                    )
+                cuda.syncthreads()
+                if row == 0:
+                    # row 0 is a running sum mod 2**bits from half: a parallel (Hillis-Steele) scan
                     for col in range(thread, w, threads):
-                        carry = np.int64(tile[0, col - offset]) if col >= offset else 0
-                        scan_scratch[col] = (np.int64(tile[0, col]) + carry) & mask
+                        here = staged(channel, 0, col, ring_rows, tile_width)
+                        first = (np.int64(1) << (bits - 1)) if col == 0 else 0
+                        stage[here] = (first + unzigzag(np.int64(stage[here]))) & mask
                     cuda.syncthreads()
-                    for col in range(thread, w, threads):
-                        tile[0, col] = scan_scratch[col]
-                    cuda.syncthreads()
-                    offset *= 2
-            else:
-                for parity in range(2):  # even columns need the row above, odd ones their even neighbours
-                    for col in range(2 * thread + parity, w, 2 * threads):
-                        residual = unzigzag(np.int64(tile[row, col]))
-                        tile[row, col] = (predict(tile, row, col, w, bits) + residual) & mask
-                    cuda.syncthreads()
-        if coded and (data_pos > end * 8 or (data_pos + 7) // 8 != end):
-            code = STATUS_BAD_SIZE
+                    offset = 1
+                    while offset < w:
+                        for col in range(thread, w, threads):
+                            here = staged(channel, 0, col, ring_rows, tile_width)
+                            carry = np.int64(stage[here - offset]) if col >= offset else 0
+                            scan_scratch[col] = (np.int64(stage[here]) + carry) & mask
+                        cuda.syncthreads()
+                        for col in range(thread, w, threads):
+                            stage[staged(channel, 0, col, ring_rows, tile_width)] = scan_scratch[col]
+                        cuda.syncthreads()
+                        offset *= 2
+                else:
+                    for parity in range(2):  # even columns need the row above, odd ones their even neighbours
+                        for col in range(2 * thread + parity, w, 2 * threads):
+                            here = staged(channel, row, col, ring_rows, tile_width)
+                            up = np.int64(stage[staged(channel, row - 1, col, ring_rows, tile_width)])
+                            if parity == 0:
+                                prediction = up
+                            else:
+                                left = np.int64(stage[here - 1])
+                                upleft = np.int64(stage[staged(channel, row - 1, col - 1, ring_rows, tile_width)])
+                                right = left
+                                upright = upleft
+                                if col + 1 < w:
+                                    right = np.int64(stage[here + 1])
+                                    upright = np.int64(
+                                        stage[staged(channel, row - 1, col + 1, ring_rows, tile_width)]
+                                    )
+                                prediction = predict_odd(left, right, up, upleft, upright)
+                            stage[here] = (prediction + unzigzag(np.int64(stage[here]))) & mask
+                        cuda.syncthreads()
+                if codes[channel] != STATUS_OK:
+                    break
+        cuda.syncthreads()
+        write_tile(stage, ring_rows, tile_width, items, item, y0, x0, (b0, b1), (0, w), out, thread, threads)
+        cuda.syncthreads()
+
+    for channel in range(channels):
+        code = codes[channel]
+        stream = stream_id(items, tasks, task, item, channel)
+        if code == STATUS_OK and data[stream_starts[stream]] == KIND_CODED:
+            if (data_pos[channel] + 7) // 8 != stream_ends[stream]:
+                code = STATUS_BAD_SIZE  # the stream ends in the byte holding its last bit
         if thread == 0:
             report(status, item, code)
-        cuda.syncthreads()
-    write_tile(tiles, items, item, y0, x0, h, w, out, thread, threads)
+
+
+def fast_ring_rows(launch) -> int:
+    """Rows of each channel's ring in a fast launch: FAST_STAGE_BUDGET bytes, 2..tile height + 1."""
+    row_bytes = launch.max_channels * launch.max_tile_width * TILE_SAMPLE.itemsize
+    return max(2, min(FAST_STAGE_BUDGET // row_bytes, launch.max_tile_height + 1))
 
 
 def launch_geometry(launch) -> tuple:
-    """(grid, block, dynamic shared bytes, tile rows, tile stride) for a batch.Launch.
+    """(kernel, grid, block, dynamic shared bytes, extra kernel arguments) for a batch.Launch.
 
-    Shared memory stages every channel of a tile: max_channels planes of tile_rows x stride.
+    Raises L3Error when the tiles need more shared memory than a block gets without opting in.
     """
-    rows, stride = launch.max_tile_height, launch.max_tile_width
     if launch.mode == fmt.MODE_COMPACT:
-        block = (WARP, launch.max_channels)
-    else:
-        # one thread per column pair: every thread is busy in both the even and the odd phase
-        block = (min(FAST_THREADS, max(WARP, (stride // 2 + WARP - 1) // WARP * WARP)),)
-    shared = launch.max_channels * rows * stride * TILE_SAMPLE.itemsize
-    return (len(launch.tasks),), block, shared, rows, stride
+        return decode_compact, (len(launch.tasks),), (WARP, launch.max_channels), 0, ()
+    rows = fast_ring_rows(launch)
+    shared = rows * launch.max_channels * launch.max_tile_width * TILE_SAMPLE.itemsize
+    if shared + FAST_STATIC_SHARED > SHARED_LIMIT:
+        raise L3Error(
+            f"fast tiles {launch.max_tile_width} wide with {launch.max_channels} channels need"
+            f" {shared + FAST_STATIC_SHARED} bytes of shared memory, more than the numba backend's"
+            f" {SHARED_LIMIT}; use backend='cupy'"
+        )
+    return decode_fast, (len(launch.tasks),), (FAST_THREADS,), shared, (rows,)
 
 
-def kernel_for(mode: int):
-    return decode_compact if mode == fmt.MODE_COMPACT else decode_fast
+# ---------------------------------------------------------------- compiling without a GPU
+
+# The kernels' argument types, for compile_ptx: batch data, stream starts and ends, item and
+# task tables, (fast only) ring rows, the output bytes and per-item status.
+_HEAD = (
+    "Array(uint8, 1, 'C', readonly=True)", "int64[::1]", "int64[::1]", "int64[:, ::1]", "int64[:, ::1]"
+)
+_TAIL = ("uint8[::1]", "int32[::1]")
+SIGNATURES = {"decode_compact": (*_HEAD, *_TAIL), "decode_fast": (*_HEAD, "int64", *_TAIL)}
+# threads per block each kernel is launched with (compact: a warp per channel)
+LAUNCH_THREADS = {"decode_compact": WARP * MAX_CHANNELS, "decode_fast": FAST_THREADS}
+
+
+def compile_ptx(name: str, cc=(9, 0)) -> str:
+    """PTX of kernel `name` for compute capability cc; needs no GPU."""
+    from numba import types
+
+    signature = tuple(eval(text, vars(types)) for text in SIGNATURES[name])  # noqa: S307 - our own constants
+    ptx, _ = cuda.compile_ptx(globals()[name].py_func, signature, cc=cc)
+    return ptx
+
+
+def resource_report(cc=(9, 0)) -> dict:
+    """ptxas's resource report of each kernel for cc, from nvJitLink (no GPU needed): as
+    kernels.cuda_c.compile_report, {kernel name: {"registers", "spill_stores", ...}}."""
+    from cuda.bindings import nvjitlink
+
+    from .cuda_c import parse_ptxas_log
+
+    report = {}
+    for name in SIGNATURES:
+        ptx = compile_ptx(name, cc).encode()
+        handle = nvjitlink.create(2, [f"-arch=sm_{cc[0]}{cc[1]}", "-verbose"])
+        try:
+            nvjitlink.add_data(handle, nvjitlink.InputType.PTX, ptx, len(ptx), f"{name}.ptx")
+            try:
+                nvjitlink.complete(handle)
+            except nvjitlink.nvJitLinkError as error:
+                raise RuntimeError(f"nvJitLink failed for {name}: {_jitlink_log(nvjitlink, handle, 'error')}") from error
+            log = _jitlink_log(nvjitlink, handle, "info")
+        finally:
+            nvjitlink.destroy(handle)
+        entries = parse_ptxas_log(log, f"{name}.ptx")
+        # numba mangles entry names: the one entry of this PTX is the kernel
+        (entry,) = entries.values()
+        report[name] = entry
+    return report
+
+
+def _jitlink_log(nvjitlink, handle, which: str) -> str:
+    size = getattr(nvjitlink, f"get_{which}_log_size")(handle)
+    buffer = bytearray(size)
+    getattr(nvjitlink, f"get_{which}_log")(handle, buffer)
+    return buffer.decode(errors="replace").rstrip("\0 ")
+

@@ -99,6 +99,8 @@ def prepare(items, regions=None, *, verify=True, max_pixels: int = fmt.MAX_PIXEL
     if len(regions) != len(items):
         raise L3Error(f"{len(regions)} regions for {len(items)} items")
     verify = [verify] * len(items) if isinstance(verify, bool) else list(verify)
+    if len(verify) != len(items):
+        raise L3Error(f"{len(verify)} verify flags for {len(items)} items")
     views, parsed_items, checked_regions = [], [], []
     for index, (item, region, check_payload) in enumerate(zip(items, regions, verify)):
         try:
@@ -128,11 +130,11 @@ def prepare(items, regions=None, *, verify=True, max_pixels: int = fmt.MAX_PIXEL
     infos = [p.info for p in parsed_items]
     shapes = [output_shape(info, region) for info, region in zip(infos, checked_regions)]
     dtypes = [info.dtype for info in infos]
-    out_bytes = np.array([int(np.prod(s)) * d.itemsize for s, d in zip(shapes, dtypes)], np.int64)
+    item_bytes = np.array([int(np.prod(s)) * d.itemsize for s, d in zip(shapes, dtypes)], np.int64)
     if len(set(zip(shapes, dtypes))) == 1:
-        padded = out_bytes  # same-shape items lie back to back: one (N, H, W, C) buffer
+        padded = item_bytes  # same-shape items lie back to back: one (N, H, W, C) buffer
     else:
-        padded = (out_bytes + 15) // 16 * 16  # aligned, so each item views with its own dtype
+        padded = (item_bytes + 15) // 16 * 16  # aligned, so each item views with its own dtype
     out_offsets = np.concatenate([[0], np.cumsum(padded)[:-1]]).astype(np.int64)
 
     records = np.zeros(len(items), ITEM_DTYPE)
@@ -154,7 +156,7 @@ def prepare(items, regions=None, *, verify=True, max_pixels: int = fmt.MAX_PIXEL
                 continue
             task_lists = []
             for local, i in enumerate(chosen):
-                tiles, _, _ = _region_tiles(infos[i], checked_regions[i])
+                tiles = _region_tiles(infos[i], checked_regions[i])
                 task = np.empty(len(tiles), TASK_DTYPE)
                 task["item"] = local
                 task["tile_y"], task["tile_x"] = tiles[:, 0], tiles[:, 1]
@@ -186,17 +188,17 @@ def prepare(items, regions=None, *, verify=True, max_pixels: int = fmt.MAX_PIXEL
     )
 
 
-def _region_tiles(info: fmt.Info, region) -> tuple:
+def _region_tiles(info: fmt.Info, region) -> np.ndarray:
     """(tile_y, tile_x) pairs of the tiles intersecting region, as an (n, 2) int64 array."""
-    streams, origin, size = region_streams(info, region)
+    streams, _, _ = region_streams(info, region)
     tiles = streams[:: info.channels] // info.channels
-    return np.stack([tiles // info.tiles_x, tiles % info.tiles_x], axis=1), origin, size
+    return np.stack([tiles // info.tiles_x, tiles % info.tiles_x], axis=1)
 
 
-def split_output(batch: Batch, out_bytes) -> list:
+def split_output(batch: Batch, output) -> list:
     """Per-item views of the flat output buffer (numpy or cupy), shaped and typed."""
     views = []
     for offset, shape, dtype in zip(batch.out_offsets, batch.shapes, batch.dtypes):
         count = int(np.prod(shape)) * dtype.itemsize
-        views.append(out_bytes[int(offset):int(offset) + count].view(dtype).reshape(shape))
+        views.append(output[int(offset):int(offset) + count].view(dtype).reshape(shape))
     return views

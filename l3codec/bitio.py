@@ -78,11 +78,6 @@ def put_bits(out, state, value, count):
 
 
 @device
-def writer_bit_position(state):
-    return state[W_POS] * 8 + state[W_NACC]
-
-
-@device
 def writer_flush(out, state):
     """Pad to a byte boundary; returns the end byte position (past the limit on overflow)."""
     if state[W_NACC] > 0:

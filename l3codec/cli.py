@@ -82,15 +82,22 @@ def _write_png(path: Path, image: np.ndarray) -> None:
         raise _Skip(f"cannot write {path}")
 
 
-def _output_path(source: Path, out: str | None, several: bool, suffix: str) -> Path:
-    """OUT is a directory for several inputs (or an existing directory), else a file path."""
+def _output_path(source: Path, args, suffix: str) -> Path:
+    """OUT is a directory for several inputs (or an existing directory), else a file path.
+    An existing file is only replaced with --force: the source itself may be the default target."""
     name = source.with_suffix(suffix).name
+    out = args.output
     if out is None:
-        return source.with_suffix(suffix)
-    target = Path(out)
-    if several or target.is_dir() or out.endswith(("/", os.sep)):
-        target.mkdir(parents=True, exist_ok=True)
-        return target / name
+        target = source.with_suffix(suffix)
+    elif len(args.inputs) > 1 or Path(out).is_dir() or out.endswith(("/", os.sep)):
+        Path(out).mkdir(parents=True, exist_ok=True)
+        target = Path(out) / name
+    else:
+        target = Path(out)
+    if target.suffix.lower() != suffix:
+        raise _Skip(f"output {target} must end in {suffix}")
+    if target.exists() and not args.force:
+        raise _Skip(f"{target} exists (--force replaces it)")
     return target
 
 
@@ -100,14 +107,13 @@ def _percent(part: int, whole: int) -> str:
 
 def _encode(args, path: Path) -> None:
     image = _read_image(path)
+    target = _output_path(path, args, ".l3")
     data = encode(image, mode=args.mode, tile_width=args.tile_width, tile_height=args.tile_height)
-    target = _output_path(path, args.output, len(args.inputs) > 1, ".l3")
     target.write_bytes(data)
-    shape = "x".join(str(n) for n in image.shape)
     in_size = path.stat().st_size
     print(
-        f"{path} -> {target}: {shape} {image.dtype}, {in_size} -> {len(data)} bytes "
-        f"({_percent(len(data), in_size)} of input)"
+        f"{path} -> {target}: shape {image.shape} {image.dtype}, {in_size} -> {len(data)} bytes "
+        f"({_percent(len(data), in_size)} of the source file)"
     )
 
 
@@ -122,11 +128,10 @@ def _parse_region(text: str) -> tuple:
 
 
 def _decode(args, path: Path) -> None:
+    target = _output_path(path, args, ".png")  # PNG only: other formats OpenCV writes may be lossy
     image = decode(path.read_bytes(), region=args.region)
-    target = _output_path(path, args.output, len(args.inputs) > 1, ".png")
     _write_png(target, image)
-    shape = "x".join(str(n) for n in image.shape)
-    print(f"{path} -> {target}: {shape} {image.dtype}")
+    print(f"{path} -> {target}: shape {image.shape} {image.dtype}")
 
 
 def _info(args, path: Path) -> None:
@@ -136,7 +141,7 @@ def _info(args, path: Path) -> None:
         print(json.dumps(record))
         return
     print(
-        f"{path}: {facts.width}x{facts.height}, {facts.channels} channel(s), {facts.bits}-bit, "
+        f"{path}: width {facts.width}, height {facts.height}, {facts.channels} channel(s), {facts.bits}-bit, "
         f"shape {facts.shape}, mode {facts.mode}, transform {facts.transform}, "
         f"{facts.tiles_x}x{facts.tiles_y} tiles of {facts.tile_width}x{facts.tile_height}, "
         f"{facts.file_size} bytes, version {facts.version}"
@@ -155,18 +160,20 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("encode", help="encode PNG/JPEG/... images as .l3")
     p.add_argument("inputs", nargs="+", metavar="INPUT")
-    p.add_argument("-o", "--output", metavar="OUT", help="output file (one input) or directory")
+    p.add_argument("-o", "--output", metavar="OUT", help="output .l3 file (one input) or directory")
     p.add_argument("--mode", choices=("compact", "fast"), default="compact")
     p.add_argument("--tile-width", type=int, metavar="N")
     p.add_argument("--tile-height", type=int, metavar="N", help="fast mode only")
+    p.add_argument("-f", "--force", action="store_true", help="replace existing output files")
     p.set_defaults(run=_encode)
 
     p = sub.add_parser("decode", help="decode .l3 images to PNG")
     p.add_argument("inputs", nargs="+", metavar="INPUT")
-    p.add_argument("-o", "--output", metavar="OUT", help="output file (one input) or directory")
+    p.add_argument("-o", "--output", metavar="OUT", help="output .png file (one input) or directory")
     p.add_argument(
         "--region", type=_parse_region, metavar="Y,X,H,W", help="decode only this window"
     )
+    p.add_argument("-f", "--force", action="store_true", help="replace existing output files")
     p.set_defaults(run=_decode)
 
     p = sub.add_parser("info", help="print header facts")

@@ -127,8 +127,8 @@ def as_bytes_view(data) -> np.ndarray:
         return data.reshape(-1).view(np.uint8)
     try:
         return np.frombuffer(data, dtype=np.uint8)
-    except TypeError as exc:
-        raise L3Error(f"L3 data must be bytes-like, not {type(data).__name__}") from exc
+    except (TypeError, ValueError) as exc:  # not a buffer, or a non-contiguous one
+        raise L3Error(f"L3 data must be a contiguous bytes-like buffer, not {type(data).__name__}: {exc}") from exc
 
 
 def check_geometry(width, height, channels, bits, mode, tile_width, tile_height) -> None:

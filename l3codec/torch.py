@@ -15,63 +15,64 @@ import numpy as np
 import torch
 
 from . import codec, gpu
-from .batch import output_shape
-from .format import L3Error
+from .format import MAX_PIXELS, L3Error
+
+_TORCH_DTYPES = {np.dtype(np.uint8): torch.uint8, np.dtype(np.uint16): torch.uint16}  # uint16: torch >= 2.3
 
 
-def _chw(array: torch.Tensor) -> torch.Tensor:
-    """HW or HWC -> CHW (N... leading dims kept), as a view."""
-    if array.ndim == 2:
-        return array.unsqueeze(0)
-    return array.movedim(-1, -3)
-
-
-def decode(items, /, *, device="cuda", regions=None, backend: str = "cupy", verify: bool = True):
-    """Decode one item or a list into CHW uint8/uint16 tensors on device.
+def decode(
+    items, /, *, device="cuda", regions=None, backend: str = "cupy", verify: bool = True,
+    max_pixels: int = MAX_PIXELS,
+):
+    """Decode one item or a list into CHW uint8/uint16 tensors on device ("cuda", "cuda:1" or "cpu").
 
     A list whose results share shape and dtype comes back as one NCHW tensor, decoded
     straight into it; otherwise a list of CHW tensors. regions as for gpu.decode_batch.
+    Every item is validated (headers, tables, checksums, max_pixels for the whole batch)
+    before anything is allocated on the device or decoded; a bad item raises L3Error naming it.
     """
     device = torch.device(device)
+    if device.type not in ("cuda", "cpu"):
+        raise L3Error(f"device must be cuda or cpu, not {device}")
     single = not isinstance(items, (list, tuple))
     item_list = [items] if single else list(items)
     region_list = [regions] if single else (list(regions) if regions is not None else [None] * len(item_list))
-    if len(region_list) != len(item_list):
-        raise L3Error(f"{len(region_list)} regions for {len(item_list)} items")
-    if device.type not in ("cuda", "cpu"):
-        raise L3Error(f"device must be cuda or cpu, not {device}")
-    layouts = {_output_layout(item, region) for item, region in zip(item_list, region_list)}
-    if len(layouts) == 1 and not single:
-        shape, dtype = layouts.pop()
-        stacked = torch.empty((len(item_list), *shape), dtype=_TORCH_DTYPES[dtype], device=device)
-        _decode_into(item_list, region_list, stacked, device, backend, verify)
-        return _chw(stacked)
-    results = []
-    for item, region in zip(item_list, region_list):
-        shape, dtype = _output_layout(item, region)
-        target = torch.empty((1, *shape), dtype=_TORCH_DTYPES[dtype], device=device)
-        _decode_into([item], [region], target, device, backend, verify)
-        results.append(_chw(target[0]))
-    return results[0] if single else results
-
-
-_TORCH_DTYPES = {np.dtype(np.uint8): torch.uint8, np.dtype(np.uint16): torch.uint16}
-
-
-def _output_layout(item, region) -> tuple:
-    """(shape, numpy dtype) that decoding item at region produces; validates the header."""
-    info = codec.info(item)
-    full = (0, 0, info.height, info.width)
-    return output_shape(info, full if region is None else codec.check_region(info, region)), info.dtype
-
-
-def _decode_into(items, regions, target, device, backend, verify):
-    """Decode items into target, an (N, *shape) tensor on device."""
+    prepared = gpu.prepare(item_list, region_list, verify=verify, max_pixels=max_pixels)
+    flat = torch.empty(max(prepared.out_size, 1), dtype=torch.uint8, device=device)
     if device.type == "cpu":
-        array = target.numpy()
-        for i, (item, region) in enumerate(zip(items, regions)):
-            codec.decode(item, region=region, out=array[i], verify=verify)
-        return
+        # already verified: each item's checksum is not computed twice
+        for item, region, image in zip(item_list, prepared.regions, _split(prepared, flat)):
+            codec.decode(item, region=region, out=image.numpy(), verify=False)
+    else:
+        _decode_on_cuda(prepared, flat, device, backend)
+    if single:
+        return _chw(_split(prepared, flat)[0])
+    if len(set(zip(prepared.shapes, prepared.dtypes))) == 1:
+        # same-shape items lie back to back: the whole buffer is one (N, H, W[, C]) tensor
+        stacked = flat[: prepared.out_size].view(_TORCH_DTYPES[prepared.dtypes[0]])
+        return _chw(stacked.reshape(len(item_list), *prepared.shapes[0]), batched=True)
+    return [_chw(image) for image in _split(prepared, flat)]
+
+
+def _split(prepared, flat: torch.Tensor) -> list:
+    """Per-item HWC (HW) views of the flat output, as batch.split_output for torch tensors."""
+    views = []
+    for offset, shape, dtype in zip(prepared.out_offsets, prepared.shapes, prepared.dtypes):
+        count = int(np.prod(shape)) * dtype.itemsize
+        views.append(flat[int(offset):int(offset) + count].view(_TORCH_DTYPES[dtype]).reshape(shape))
+    return views
+
+
+def _chw(array: torch.Tensor, batched: bool = False) -> torch.Tensor:
+    """HW or HWC (NHW or NHWC when batched) -> CHW (NCHW), as a view."""
+    if array.ndim == (3 if batched else 2):
+        return array.unsqueeze(-3)
+    return array.movedim(-1, -3)
+
+
+def _decode_on_cuda(prepared, flat: torch.Tensor, device: torch.device, backend: str) -> None:
+    """Decode into flat on torch's current stream of device; the kernels see the tensor through
+    the CUDA array interface, so nothing is copied."""
     index = device.index if device.index is not None else torch.cuda.current_device()
     torch_stream = torch.cuda.current_stream(index)
     with torch.cuda.device(index):
@@ -80,12 +81,12 @@ def _decode_into(items, regions, target, device, backend, verify):
 
             with cupy.cuda.Device(index):
                 stream = cupy.cuda.ExternalStream(torch_stream.cuda_stream)
-                gpu.decode_batch(items, backend="cupy", regions=regions, out=target, stream=stream, verify=verify)
+                gpu.decode_prepared(prepared, backend="cupy", out=flat, stream=stream)
         elif backend == "numba":
             from numba import cuda
 
             stream = cuda.external_stream(torch_stream.cuda_stream)
-            gpu.decode_batch(items, backend="numba", regions=regions, out=target, stream=stream, verify=verify)
+            gpu.decode_prepared(prepared, backend="numba", out=flat, stream=stream)
         else:
             raise L3Error(f"backend must be one of {gpu.BACKENDS}, not {backend!r}")
 

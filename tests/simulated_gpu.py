@@ -16,6 +16,7 @@ import numpy as np  # noqa: E402
 import l3codec  # noqa: E402
 from corruption import mutate_payload  # noqa: E402
 from gpu_cases import crop_regions, encoded_images  # noqa: E402
+from images import make_image  # noqa: E402
 from l3codec import gpu  # noqa: E402
 
 
@@ -54,7 +55,30 @@ def main():
             same_pixels = "item 1" in str(error)
         outcomes.append([cpu_ok, gpu_ok, same_pixels])
     results["corrupt item"] = outcomes
+    results["staged in strips and bands"] = staging_cases()
     print(json.dumps(results))
+
+
+def staging_cases():
+    """Tiles wider than the compact ring (written in strips) and fast tiles taller than the ring
+    of rows (written in bands, the budget shrunk so that tiny images need several)."""
+    from l3codec.kernels import numba_kernels
+
+    numba_kernels.FAST_STAGE_BUDGET = 3 * 3 * 32 * 2  # 3 rows of 3 channels, 32 wide: bands of 2 rows
+    cases = [
+        (make_image("smooth_noise", 33, 170, 1, np.uint8, 5), "compact", 160, 32),
+        (make_image("gradient", 7, 150, 3, np.uint16, 6), "compact", 144, 32),
+        (make_image("smooth_noise", 19, 40, 3, np.uint8, 7), "fast", 32, 16),
+    ]
+    datas = [l3codec.encode(image, mode=mode, tile_width=tw, tile_height=th) for image, mode, tw, th in cases]
+    regions = [None, (1, 20, 5, 125), (3, 5, 13, 30)]
+    outcomes = []
+    for region in (None, regions):
+        decoded = gpu.decode_batch(datas, backend="numba", regions=region)
+        for index, (d, x) in enumerate(zip(decoded, datas)):
+            expected = l3codec.decode(x, region=None if region is None else region[index])
+            outcomes.append(bool(np.array_equal(host(d), expected)))
+    return outcomes
 
 
 if __name__ == "__main__":

@@ -62,6 +62,29 @@ def test_encode_options_and_output_file(tmp_path):
     np.testing.assert_array_equal(l3codec.imread(target), image)
 
 
+def test_existing_outputs_are_kept_unless_forced(tmp_path, capsys):
+    image = make_image("gradient", H, W, 3, np.uint8)
+    png = tmp_path / "photo.png"
+    write_png(png, image)
+    assert main(["encode", str(png)]) == 0
+    source_bytes = png.read_bytes()
+    # decoding photo.l3 next to its source would replace photo.png
+    assert main(["decode", str(tmp_path / "photo.l3")]) == 1
+    assert "exists (--force replaces it)" in capsys.readouterr().err
+    assert png.read_bytes() == source_bytes
+    assert main(["decode", str(tmp_path / "photo.l3"), "--force"]) == 0
+    np.testing.assert_array_equal(read_png(png), image)
+    assert main(["encode", str(png)]) == 1
+    assert main(["encode", str(png), "-f"]) == 0
+
+
+def test_decode_writes_png_only(tmp_path, capsys):
+    l3codec.imwrite(tmp_path / "x.l3", make_image("noise", H, W, 3, np.uint8))
+    assert main(["decode", str(tmp_path / "x.l3"), "-o", str(tmp_path / "x.jpg")]) == 1
+    assert "must end in .png" in capsys.readouterr().err
+    assert not (tmp_path / "x.jpg").exists()
+
+
 def test_decode_grey_alpha(tmp_path):
     image = make_image("labels", H, W, 2, np.uint8)
     l3codec.imwrite(tmp_path / "la.l3", image)
@@ -150,7 +173,7 @@ def test_bad_files_do_not_stop_the_others(tmp_path, capsys):
 
     assert main(["info", str(out_dir / "a.l3"), str(pngs[0])]) == 1
     captured = capsys.readouterr()
-    assert f"{out_dir / 'a.l3'}: {W}x{H}" in captured.out
+    assert f"{out_dir / 'a.l3'}: width {W}, height {H}" in captured.out
     assert f"l3: {pngs[0]}: not an L3 image" in captured.err
 
 

@@ -38,6 +38,10 @@ def test_simulated_same_shape_batch(simulated):
     assert simulated["same shape stacked"] == [True, True]
 
 
+def test_simulated_wide_and_tall_tiles_are_staged_in_rings(simulated):
+    assert simulated["staged in strips and bands"] == [True] * 6
+
+
 def test_simulated_corrupt_item_is_reported_like_the_cpu(simulated):
     outcomes = simulated["corrupt item"]
     assert len(outcomes) == 6
@@ -49,26 +53,42 @@ def test_simulated_corrupt_item_is_reported_like_the_cpu(simulated):
 
 def test_kernels_type_check_for_sm90():
     """compile_ptx needs no GPU: it type-checks and lowers every kernel for compute capability 9.0."""
-    cuda = pytest.importorskip("numba.cuda")
-    from numba import types
-
     from l3codec.kernels import numba_kernels
 
-    signature = (
-        types.Array(types.uint8, 1, "C", readonly=True),
-        types.int64[::1],
-        types.int64[::1],
-        types.int64[:, ::1],
-        types.int64[:, ::1],
-        types.int64,
-        types.int64,
-        types.uint8[::1],
-        types.int32[::1],
-    )
-    for kernel in (numba_kernels.decode_compact, numba_kernels.decode_fast):
-        ptx, _ = cuda.compile_ptx(kernel.py_func, signature, cc=(9, 0))
+    for name in numba_kernels.SIGNATURES:
+        ptx = numba_kernels.compile_ptx(name, cc=(9, 0))
         assert ".target sm_90" in ptx
         assert ".entry" in ptx
+
+
+def test_kernels_fit_a_block_without_spills():
+    """ptxas (through nvJitLink) on the kernels' PTX: no spills, registers for a full block,
+    and shared memory within what a block gets without opting in."""
+    from l3codec.kernels import numba_kernels
+
+    report = numba_kernels.resource_report(cc=(9, 0))
+    assert set(report) == set(numba_kernels.SIGNATURES)
+    for name, entry in report.items():
+        assert entry["spill_stores"] == 0 and entry["spill_loads"] == 0, (name, entry)
+        assert entry["registers"] * numba_kernels.LAUNCH_THREADS[name] <= 65536, (name, entry)
+    assert report["decode_compact"]["shared"] <= numba_kernels.SHARED_LIMIT
+    assert report["decode_fast"]["shared"] <= numba_kernels.FAST_STATIC_SHARED
+
+
+def test_fast_launch_geometry_stays_within_shared_memory():
+    from l3codec import batch
+    from l3codec.kernels import numba_kernels
+
+    for channels, tile_width, dtype in [(4, 256, np.uint16), (3, 1024, np.uint8), (1, 4096, np.uint16)]:
+        image = np.zeros((9, tile_width + 3, channels), dtype)
+        launch, = batch.prepare([l3codec.encode(image, mode="fast", tile_width=tile_width)]).launches
+        _, _, block, shared, (rows,) = numba_kernels.launch_geometry(launch)
+        assert block == (numba_kernels.FAST_THREADS,)
+        assert 2 <= rows <= launch.max_tile_height + 1
+        assert shared + numba_kernels.FAST_STATIC_SHARED <= numba_kernels.SHARED_LIMIT
+    wide = l3codec.encode(np.zeros((2, 4096, 4), np.uint16), mode="fast", tile_width=4096)
+    with pytest.raises(l3codec.L3Error, match="shared memory"):
+        numba_kernels.launch_geometry(batch.prepare([wide]).launches[0])
 
 
 def test_batch_tables_are_validated_before_launch():

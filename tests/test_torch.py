@@ -22,6 +22,14 @@ def test_same_shape_batch_is_nchw():
         np.testing.assert_array_equal(l3torch.to_numpy_hwc(tensor), image)
 
 
+def test_same_shape_grayscale_batch_is_n1hw():
+    images = [make_image(kind, 12, 7, 1, np.uint16, 5) for kind in ("labels", "gradient")]
+    batch = l3torch.decode([_encode(i) for i in images], device="cpu")
+    assert batch.shape == (2, 1, 12, 7) and batch.dtype == torch.uint16
+    for tensor, image in zip(batch, images):
+        np.testing.assert_array_equal(l3torch.to_numpy_hwc(tensor), image)
+
+
 def test_mixed_shapes_give_a_list_of_chw():
     images = [make_image("labels", 17, 9, 1, np.uint16, 1), make_image("gradient", 5, 40, 4, np.uint8, 2)]
     tensors = l3torch.decode([_encode(images[0]), _encode(images[1], mode="fast")], device="cpu")
@@ -50,6 +58,20 @@ def test_bad_input_raises_l3error():
         l3torch.decode([data], device="cpu", regions=[None, None])
     with pytest.raises(l3codec.L3Error, match="device"):
         l3torch.decode(data, device="meta")
+    with pytest.raises(l3codec.L3Error, match="max_pixels"):
+        l3torch.decode([data, data], device="cpu", max_pixels=100)
+
+
+def test_corrupt_payload_is_refused_unless_verification_is_off():
+    image = make_image("smooth_noise", 16, 16, 3, np.uint8, 6)
+    data = bytearray(_encode(image))
+    data[-5] ^= 0x10  # inside the last stream's payload
+    with pytest.raises(l3codec.L3Error, match="batch item 1: .*checksum"):
+        l3torch.decode([_encode(image), bytes(data)], device="cpu")
+    try:
+        l3torch.decode(bytes(data), device="cpu", verify=False)  # decodes, or fails on its structure
+    except l3codec.L3Error as error:
+        assert "checksum" not in str(error)
 
 
 @pytest.mark.cuda
