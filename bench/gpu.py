@@ -165,14 +165,10 @@ def numba_report(out) -> None:
 
         report = numba_kernels.resource_report(cc=(9, 0))
     except Exception as error:  # noqa: BLE001 - report why numba-cuda or nvJitLink is unusable here
-        print(f"
-(no Numba kernel report: {error})", file=out)
+        print(f"\n(no Numba kernel report: {error})", file=out)
         return
-    print("
-## ptxas resource usage of the Numba kernels (sm_90, nvJitLink)
-", file=out)
-    print("Their stack bytes are the kernels' own local arrays (a compact row's adaptive state), not spills.
-",
+    print("\n## ptxas resource usage of the Numba kernels (sm_90, nvJitLink)\n", file=out)
+    print("Their stack bytes are the kernels' own local arrays (a compact row's adaptive state), not spills.\n",
           file=out)
     print("| kernel | threads per block | registers | stack bytes | spill stores | spill loads | static smem |",
           file=out)

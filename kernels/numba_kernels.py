@@ -450,7 +450,8 @@ def resource_report(cc=(9, 0)) -> dict:
             try:
                 nvjitlink.complete(handle)
             except nvjitlink.nvJitLinkError as error:
-                raise RuntimeError(f"nvJitLink failed for {name}: {_jitlink_log(nvjitlink, handle, 'error')}") from error
+                log = _jitlink_log(nvjitlink, handle, "error")
+                raise RuntimeError(f"nvJitLink failed for {name}: {log}") from error
             log = _jitlink_log(nvjitlink, handle, "info")
         finally:
             nvjitlink.destroy(handle)

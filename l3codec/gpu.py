@@ -22,13 +22,31 @@ BACKENDS = ("cupy", "numba")
 
 def _host_bytes(item):
     """Compressed bytes on the host, where they are validated: device items are copied back."""
-    if hasattr(item, "__cuda_array_interface__"):
-        if hasattr(item, "get"):
-            return item.get()
-        from numba import cuda
-
-        return cuda.as_cuda_array(item).copy_to_host()
+    if hasattr(item, "get"):  # a CuPy array
+        return item.get()
+    if hasattr(item, "copy_to_host") or hasattr(item, "__cuda_array_interface__"):
+        return _numba_device_array(item).copy_to_host()
     return item
+
+
+def _numba_device_array(obj):
+    """obj as a Numba device array, without copying; L3Error for anything not on the device."""
+    from numba import cuda
+
+    if hasattr(obj, "copy_to_host"):  # already one (the simulator's too, which has no array interface)
+        return obj
+    if hasattr(obj, "__cuda_array_interface__"):
+        return cuda.as_cuda_array(obj)
+    raise L3Error(f"out must be a device array (CuPy, Numba or a CUDA torch tensor), not {type(obj).__name__}")
+
+
+def _cupy_device_array(obj):
+    """obj as a CuPy array, without copying; L3Error for anything not on the device."""
+    import cupy
+
+    if isinstance(obj, cupy.ndarray) or hasattr(obj, "__cuda_array_interface__"):
+        return cupy.asarray(obj)  # zero-copy for device memory
+    raise L3Error(f"out must be a device array (CuPy, Numba or a CUDA torch tensor), not {type(obj).__name__}")
 
 
 def decode_batch(
@@ -78,15 +96,10 @@ def decode_prepared(prepared: batching.Batch, /, *, backend: str = "cupy", out=N
     return output
 
 
-def _flat_out(prepared, out, as_device_array):
-    """The flat uint8 device view of a caller's out buffer, after checking it is a contiguous
-    device array that fits (a host array would be copied, and the results lost)."""
-    interface = getattr(out, "__cuda_array_interface__", None)
-    if interface is None:
-        raise L3Error(f"out must be a device array (CuPy, Numba or a CUDA torch tensor), not {type(out).__name__}")
-    if not _c_contiguous(interface):
+def _flat_out(prepared, array, c_contiguous: bool):
+    """The flat uint8 view of a caller's device out array, after checking that it fits."""
+    if not c_contiguous:
         raise L3Error("out must be C-contiguous")
-    array = as_device_array(out)
     if len(set(zip(prepared.shapes, prepared.dtypes))) == 1:
         stacked = (len(prepared.shapes), *prepared.shapes[0])
         if tuple(array.shape) == stacked and array.dtype == prepared.dtypes[0]:
@@ -96,18 +109,6 @@ def _flat_out(prepared, out, as_device_array):
     raise L3Error(
         f"out must be a uint8 buffer of {prepared.out_size} bytes, or (N, *shape) for same-shape items"
     )
-
-
-def _c_contiguous(interface) -> bool:
-    strides = interface.get("strides")
-    if strides is None:
-        return True
-    expected = np.dtype(interface["typestr"]).itemsize
-    for size, stride in zip(reversed(interface["shape"]), reversed(strides)):
-        if size > 1 and stride != expected:
-            return False
-        expected *= size
-    return True
 
 
 def _run_numba(prepared, out, stream):
@@ -121,9 +122,11 @@ def _run_numba(prepared, out, stream):
 
     geometries = [numba_kernels.launch_geometry(launch) for launch in prepared.launches]  # may refuse the tiles
     stream = stream if stream is not None else cuda.default_stream()
-    output = cuda.device_array(max(prepared.out_size, 1), np.uint8, stream=stream) if out is None else (
-        _flat_out(prepared, out, cuda.as_cuda_array)
-    )
+    if out is None:
+        output = cuda.device_array(max(prepared.out_size, 1), np.uint8, stream=stream)
+    else:
+        out = _numba_device_array(out)
+        output = _flat_out(prepared, out, out.is_c_contiguous())
     pinned = cuda.pinned_array(prepared.data.shape, np.uint8)
     pinned[:] = prepared.data
     data = cuda.to_device(pinned, stream=stream)
@@ -149,9 +152,11 @@ def _run_cupy(prepared, out, stream):
 
     stream = stream if stream is not None else cupy.cuda.get_current_stream()
     with stream:
-        output = cupy.empty(max(prepared.out_size, 1), np.uint8) if out is None else (
-            _flat_out(prepared, out, cupy.asarray)
-        )
+        if out is None:
+            output = cupy.empty(max(prepared.out_size, 1), np.uint8)
+        else:
+            out = _cupy_device_array(out)
+            output = _flat_out(prepared, out, out.flags.c_contiguous)
         pinned = cupy.cuda.alloc_pinned_memory(prepared.data.nbytes)
         staging = np.frombuffer(pinned, np.uint8, prepared.data.size)
         staging[:] = prepared.data

@@ -56,7 +56,39 @@ def main():
         outcomes.append([cpu_ok, gpu_ok, same_pixels])
     results["corrupt item"] = outcomes
     results["staged in strips and bands"] = staging_cases()
+    results["out and device items"] = out_and_device_item_cases(images, datas)
     print(json.dumps(results))
+
+
+def out_and_device_item_cases(images, datas):
+    """out= must be a contiguous device array; device items are verified like host ones."""
+    from numba import cuda
+
+    outcomes = {}
+    same = [datas[0], datas[0]]
+    stacked = cuda.device_array((2, *images[0].shape), images[0].dtype)
+    decoded = gpu.decode_batch(same, backend="numba", out=stacked)
+    outcomes["stacked out"] = all(np.array_equal(host(d), images[0]) for d in decoded) and bool(
+        np.array_equal(stacked.copy_to_host()[1], images[0])
+    )
+    for name, out in [("host out", np.empty((2, *images[0].shape), images[0].dtype)),
+                      ("strided out", cuda.device_array((2, *images[0].shape, 2), images[0].dtype)[..., 0])]:
+        try:
+            gpu.decode_batch(same, backend="numba", out=out)
+            outcomes[name] = "accepted"
+        except l3codec.L3Error as error:
+            outcomes[name] = str(error)
+    damaged = bytearray(datas[0])
+    damaged[-3] ^= 0x40
+    device_item = cuda.to_device(np.frombuffer(bytes(damaged), np.uint8))
+    try:
+        gpu.decode_batch([datas[1], device_item], backend="numba")
+        outcomes["corrupt device item"] = "accepted"
+    except l3codec.L3Error as error:
+        outcomes["corrupt device item"] = str(error)
+    decoded = gpu.decode_batch(cuda.to_device(np.frombuffer(datas[0], np.uint8)), backend="numba")
+    outcomes["device item"] = bool(np.array_equal(host(decoded), images[0]))
+    return outcomes
 
 
 def staging_cases():

@@ -42,6 +42,15 @@ def test_simulated_wide_and_tall_tiles_are_staged_in_rings(simulated):
     assert simulated["staged in strips and bands"] == [True] * 6
 
 
+def test_simulated_out_buffers_and_device_items(simulated):
+    outcomes = simulated["out and device items"]
+    assert outcomes["stacked out"] is True
+    assert "must be a device array" in outcomes["host out"]
+    assert "C-contiguous" in outcomes["strided out"]
+    assert outcomes["device item"] is True
+    assert "batch item 1: payload checksum mismatch" in outcomes["corrupt device item"]
+
+
 def test_simulated_corrupt_item_is_reported_like_the_cpu(simulated):
     outcomes = simulated["corrupt item"]
     assert len(outcomes) == 6
