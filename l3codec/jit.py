@@ -19,16 +19,18 @@ def device(func):
 
 
 def compile_device_functions(modules, decorator) -> types.SimpleNamespace:
+    """Compile every marked function of modules with decorator, in one namespace holding the
+    modules' globals. A name that means different things in two modules is refused: one
+    would silently replace the other inside the compiled functions."""
     namespace = {}
-    marked = {}
     for module in modules:
-        namespace.update(vars(module))
         for name, value in vars(module).items():
-            if getattr(value, "l3_device", False):
-                if marked.get(name, value) is not value:
-                    raise RuntimeError(f"two device functions are named {name}")
-                marked[name] = value
-    marked = list(marked.values())
+            if name.startswith("__"):
+                continue
+            if name in namespace and not _same(namespace[name], value):
+                raise RuntimeError(f"{name} means different things in {module.__name__} and an earlier module")
+            namespace[name] = value
+    marked = [value for value in namespace.values() if getattr(value, "l3_device", False)]
     compiled = {}
     for func in marked:
         clone = types.FunctionType(func.__code__, namespace, func.__name__, func.__defaults__)
@@ -36,3 +38,7 @@ def compile_device_functions(modules, decorator) -> types.SimpleNamespace:
         compiled[func.__name__] = decorator(clone)
     namespace.update(compiled)
     return types.SimpleNamespace(**compiled)
+
+
+def _same(a, b) -> bool:
+    return a is b or (isinstance(a, (int, float, str)) and type(a) is type(b) and a == b)
