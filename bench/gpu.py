@@ -168,8 +168,8 @@ def numba_report(out) -> None:
         print(f"\n(no Numba kernel report: {error})", file=out)
         return
     print("\n## ptxas resource usage of the Numba kernels (sm_90, nvJitLink)\n", file=out)
-    print("Their stack bytes are the kernels' own local arrays (a compact row's adaptive state, fast's per-channel stream positions), not spills.\n",
-          file=out)
+    print("Their stack bytes are the kernels' own local arrays (a compact row's adaptive state, fast's "
+          "per-channel stream positions), not spills.\n", file=out)
     print("| kernel | threads per block | registers | stack bytes | spill stores | spill loads | static smem |",
           file=out)
     print("|---|---|---|---|---|---|---|", file=out)

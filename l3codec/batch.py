@@ -195,10 +195,12 @@ def _region_tiles(info: fmt.Info, region) -> np.ndarray:
     return np.stack([tiles // info.tiles_x, tiles % info.tiles_x], axis=1)
 
 
-def split_output(batch: Batch, output) -> list:
-    """Per-item views of the flat output buffer (numpy or cupy), shaped and typed."""
+def split_output(batch: Batch, output, view_dtype=None) -> list:
+    """Per-item views of the flat uint8 output buffer (numpy, cupy or, with view_dtype mapping
+    numpy dtypes to the array library's own, torch), shaped and typed."""
     views = []
     for offset, shape, dtype in zip(batch.out_offsets, batch.shapes, batch.dtypes):
         count = int(np.prod(shape)) * dtype.itemsize
-        views.append(output[int(offset):int(offset) + count].view(dtype).reshape(shape))
+        typed = output[int(offset):int(offset) + count].view(dtype if view_dtype is None else view_dtype(dtype))
+        views.append(typed.reshape(shape))
     return views

@@ -22,7 +22,7 @@ BACKENDS = ("cupy", "numba")
 
 def _host_bytes(item):
     """Compressed bytes on the host, where they are validated: device items are copied back."""
-    if hasattr(item, "get"):  # a CuPy array
+    if hasattr(item, "__cuda_array_interface__") and hasattr(item, "get"):  # a CuPy array
         return item.get()
     if hasattr(item, "copy_to_host") or hasattr(item, "__cuda_array_interface__"):
         return _numba_device_array(item).copy_to_host()
@@ -37,16 +37,24 @@ def _numba_device_array(obj):
         return obj
     if hasattr(obj, "__cuda_array_interface__"):
         return cuda.as_cuda_array(obj)
-    raise L3Error(f"out must be a device array (CuPy, Numba or a CUDA torch tensor), not {type(obj).__name__}")
+    raise _not_on_device(obj)
 
 
 def _cupy_device_array(obj):
     """obj as a CuPy array, without copying; L3Error for anything not on the device."""
     import cupy
 
-    if isinstance(obj, cupy.ndarray) or hasattr(obj, "__cuda_array_interface__"):
-        return cupy.asarray(obj)  # zero-copy for device memory
-    raise L3Error(f"out must be a device array (CuPy, Numba or a CUDA torch tensor), not {type(obj).__name__}")
+    if isinstance(obj, cupy.ndarray):
+        return obj
+    if hasattr(obj, "__cuda_array_interface__"):
+        # zero-copy; DLPack where offered (torch), which also orders the tensor's stream before ours
+        return cupy.from_dlpack(obj) if hasattr(obj, "__dlpack__") else cupy.asarray(obj)
+    raise _not_on_device(obj)
+
+
+def _not_on_device(obj) -> L3Error:
+    # a host out would be copied to the device and the results lost with the copy
+    return L3Error(f"out must be a device array (CuPy, Numba or a CUDA torch tensor), not {type(obj).__name__}")
 
 
 def decode_batch(

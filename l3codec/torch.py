@@ -3,10 +3,11 @@
     images = l3codec.torch.decode([data0, data1], device="cuda")   # list of CHW tensors
     batch = l3codec.torch.decode([data0, data1], device="cuda")    # NCHW when shapes agree
 
-On CUDA the batch decodes in one launch per mode on torch's current stream,
-straight into tensors that torch allocated (the kernels see them through the CUDA
-array interface, so nothing is copied). On the CPU the Numba decoder writes into
-the tensors' memory. The core package never imports this module: torch stays optional.
+On CUDA the batch decodes in one launch per mode and sample size on torch's current
+stream, straight into memory that torch allocated: the CuPy backend sees it through
+DLPack, the Numba one through the CUDA array interface, and nothing is copied. On the
+CPU the Numba decoder writes into the tensors' memory. The core package never imports
+this module: torch stays optional.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import numpy as np
 import torch
 
 from . import codec, gpu
+from .batch import split_output
 from .format import MAX_PIXELS, L3Error
 
 _TORCH_DTYPES = {np.dtype(np.uint8): torch.uint8, np.dtype(np.uint16): torch.uint16}  # uint16: torch >= 2.3
@@ -34,33 +36,27 @@ def decode(
     device = torch.device(device)
     if device.type not in ("cuda", "cpu"):
         raise L3Error(f"device must be cuda or cpu, not {device}")
+    if backend not in gpu.BACKENDS:
+        raise L3Error(f"backend must be one of {gpu.BACKENDS}, not {backend!r}")
     single = not isinstance(items, (list, tuple))
     item_list = [items] if single else list(items)
     region_list = [regions] if single else (list(regions) if regions is not None else [None] * len(item_list))
     prepared = gpu.prepare(item_list, region_list, verify=verify, max_pixels=max_pixels)
     flat = torch.empty(max(prepared.out_size, 1), dtype=torch.uint8, device=device)
+    images = split_output(prepared, flat, _TORCH_DTYPES.__getitem__)  # HWC (HW) views of flat
     if device.type == "cpu":
         # already verified: each item's checksum is not computed twice
-        for item, region, image in zip(item_list, prepared.regions, _split(prepared, flat)):
+        for item, region, image in zip(item_list, prepared.regions, images):
             codec.decode(item, region=region, out=image.numpy(), verify=False)
     else:
         _decode_on_cuda(prepared, flat, device, backend)
     if single:
-        return _chw(_split(prepared, flat)[0])
+        return _chw(images[0])
     if len(set(zip(prepared.shapes, prepared.dtypes))) == 1:
         # same-shape items lie back to back: the whole buffer is one (N, H, W[, C]) tensor
         stacked = flat[: prepared.out_size].view(_TORCH_DTYPES[prepared.dtypes[0]])
         return _chw(stacked.reshape(len(item_list), *prepared.shapes[0]), batched=True)
-    return [_chw(image) for image in _split(prepared, flat)]
-
-
-def _split(prepared, flat: torch.Tensor) -> list:
-    """Per-item HWC (HW) views of the flat output, as batch.split_output for torch tensors."""
-    views = []
-    for offset, shape, dtype in zip(prepared.out_offsets, prepared.shapes, prepared.dtypes):
-        count = int(np.prod(shape)) * dtype.itemsize
-        views.append(flat[int(offset):int(offset) + count].view(_TORCH_DTYPES[dtype]).reshape(shape))
-    return views
+    return [_chw(image) for image in images]
 
 
 def _chw(array: torch.Tensor, batched: bool = False) -> torch.Tensor:
@@ -71,8 +67,7 @@ def _chw(array: torch.Tensor, batched: bool = False) -> torch.Tensor:
 
 
 def _decode_on_cuda(prepared, flat: torch.Tensor, device: torch.device, backend: str) -> None:
-    """Decode into flat on torch's current stream of device; the kernels see the tensor through
-    the CUDA array interface, so nothing is copied."""
+    """Decode into flat on torch's current stream of device, without copying it."""
     index = device.index if device.index is not None else torch.cuda.current_device()
     torch_stream = torch.cuda.current_stream(index)
     with torch.cuda.device(index):
@@ -82,13 +77,11 @@ def _decode_on_cuda(prepared, flat: torch.Tensor, device: torch.device, backend:
             with cupy.cuda.Device(index):
                 stream = cupy.cuda.ExternalStream(torch_stream.cuda_stream)
                 gpu.decode_prepared(prepared, backend="cupy", out=flat, stream=stream)
-        elif backend == "numba":
+        else:
             from numba import cuda
 
             stream = cuda.external_stream(torch_stream.cuda_stream)
             gpu.decode_prepared(prepared, backend="numba", out=flat, stream=stream)
-        else:
-            raise L3Error(f"backend must be one of {gpu.BACKENDS}, not {backend!r}")
 
 
 def to_numpy_hwc(tensor: torch.Tensor) -> np.ndarray:
