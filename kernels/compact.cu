@@ -138,7 +138,7 @@ L3_DEVICE void decode_compact_tile(const unsigned char* __restrict__ data, long 
     const L3Task task = tasks[blockIdx.x];
     const L3Item& item = items[task.item];
     const int channels = (int)item.channels;
-    // a launch that does not fit the item (wrong sample size, too few warps) reports instead of decoding
+    // a launch that does not fit the item (a sample size the kernel lacks, too few warps) reports instead
     if (item.bits != BITS || blockDim.x != 32 || (int)blockDim.y < channels || blockDim.z != 1) {
         if (threadIdx.x == 0 && threadIdx.y == 0) report_status(status, task.item, STATUS_BAD_HEADER);
         return;
@@ -320,15 +320,17 @@ L3_DEVICE void decode_compact_tile(const unsigned char* __restrict__ data, long 
 
 }  // namespace l3
 
-#define L3_COMPACT_KERNEL(name, T, BITS)                                                                      \
-    extern "C" __global__ void __launch_bounds__(128, 8)                                                        \
-        name(const unsigned char* __restrict__ data, long long data_size,                                    \
-             const long long* __restrict__ stream_starts, const long long* __restrict__ stream_ends,         \
-             const L3Item* __restrict__ items, const L3Task* __restrict__ tasks, long long task_count,      \
-             unsigned char* __restrict__ out, int* __restrict__ status) {                                    \
-        l3::decode_compact_tile<T, BITS>(data, data_size, stream_starts, stream_ends, items, tasks, task_count, \
-                                         out, status);                                                       \
-    }
-
-L3_COMPACT_KERNEL(l3_decode_compact_u8, unsigned char, 8)
-L3_COMPACT_KERNEL(l3_decode_compact_u16, unsigned short, 16)
+// One kernel for both sample sizes, so a batch needs one launch per mode: every block decodes
+// one tile of one item, so the branch is uniform across the block and its barriers.
+extern "C" __global__ void __launch_bounds__(128, 8)
+    l3_decode_compact(const unsigned char* __restrict__ data, long long data_size,
+                      const long long* __restrict__ stream_starts, const long long* __restrict__ stream_ends,
+                      const L3Item* __restrict__ items, const L3Task* __restrict__ tasks, long long task_count,
+                      unsigned char* __restrict__ out, int* __restrict__ status) {
+    if ((long long)blockIdx.x < task_count && items[tasks[blockIdx.x].item].bits == 16)
+        l3::decode_compact_tile<unsigned short, 16>(data, data_size, stream_starts, stream_ends, items, tasks,
+                                                    task_count, out, status);
+    else
+        l3::decode_compact_tile<unsigned char, 8>(data, data_size, stream_starts, stream_ends, items, tasks,
+                                                  task_count, out, status);
+}

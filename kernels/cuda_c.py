@@ -1,6 +1,6 @@
 """The CUDA C decoders (kernels/compact.cu, kernels/fast.cu): build, launch geometry, launch, ptxas report.
 
-Launch ABI (all four kernels)::
+Launch ABI (both kernels; each decodes 8- and 16-bit items)::
 
     kernel(const uint8* data, int64 data_size, const int64* stream_starts, const int64* stream_ends,
            const L3Item* items, const L3Task* tasks, int64 task_count, uint8* out, int32* status)
@@ -10,7 +10,7 @@ kernels/l3_batch.cuh), gridDim.x = task_count, blockDim = :func:`block_shape`, d
 shared memory = :func:`shared_memory_bytes`, status zeroed by the host (one int32 per
 item of the launch: the first nonzero STATUS_* of the item's streams). ``data`` at an
 8-byte aligned address takes the word load path (any address works, slower); ``out``
-must be aligned to the sample size.
+must be 2-byte aligned when the launch holds 16-bit items.
 
 This module imports without cupy; cupy is imported inside the functions that need it, and
 :func:`compile_report` needs only ``cuda.bindings`` (NVRTC).
@@ -28,11 +28,9 @@ KERNEL_DIR = Path(__file__).resolve().parent
 SOURCES = ("compact.cu", "fast.cu")
 MODE_COMPACT = 0
 MODE_FAST = 1
-KERNELS = {
-    (MODE_COMPACT, 8): ("compact.cu", "l3_decode_compact_u8"),
-    (MODE_COMPACT, 16): ("compact.cu", "l3_decode_compact_u16"),
-    (MODE_FAST, 8): ("fast.cu", "l3_decode_fast_u8"),
-    (MODE_FAST, 16): ("fast.cu", "l3_decode_fast_u16"),
+KERNELS = {  # mode: (source, kernel)
+    MODE_COMPACT: ("compact.cu", "l3_decode_compact"),
+    MODE_FAST: ("fast.cu", "l3_decode_fast"),
 }
 COMPILE_OPTIONS = ("-std=c++17", f"-I{KERNEL_DIR}")
 
@@ -78,7 +76,7 @@ def block_shape(launch) -> tuple:
 
 
 def shared_memory_bytes(launch) -> int:
-    """Dynamic shared memory bytes for a launch: the largest need of its items.
+    """Dynamic shared memory bytes for a launch: the largest need of its items (8- and 16-bit alike).
 
     compact: 64 + channels * (COMPACT_STATE_BYTES + 32 * ring * sample_bytes), ring =
     compact_ring_columns(tile_width) (at most 41 KiB: 4 channels, 16-bit).
@@ -87,7 +85,7 @@ def shared_memory_bytes(launch) -> int:
     up to 65 KiB for 4096-wide 4-channel 16-bit tiles).
     """
     items = launch.items
-    sample_bytes = launch.bits // 8
+    sample_bytes = items["bits"].astype(np.int64) // 8
     channels = items["channels"].astype(np.int64)
     tile_width = items["tile_width"].astype(np.int64)
     if launch.mode == MODE_COMPACT:
@@ -101,7 +99,7 @@ def shared_memory_bytes(launch) -> int:
 
 
 def kernel_name(launch) -> str:
-    return KERNELS[(launch.mode, launch.bits)][1]
+    return KERNELS[launch.mode][1]
 
 
 def source_text(filename: str) -> str:
@@ -185,7 +183,7 @@ def launch(launch, data, stream_starts, stream_ends, out, status, *, stream=None
     """
     import cupy
 
-    filename, name = KERNELS[(launch.mode, launch.bits)]
+    filename, name = KERNELS[launch.mode]
     task_count = len(launch.tasks)
     if task_count == 0:
         return
@@ -201,7 +199,7 @@ def launch(launch, data, stream_starts, stream_ends, out, status, *, stream=None
     )
     if out.size < needed:
         raise ValueError(f"out has {out.size} bytes, the launch writes up to byte {needed}")
-    if out.data.ptr % (launch.bits // 8):
+    if out.data.ptr % int(table["bits"].max() // 8):
         raise ValueError("out must be aligned to the sample size")
     context = stream if stream is not None else _NoStream()
     with context:

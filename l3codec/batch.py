@@ -6,7 +6,7 @@ The tables are little-endian numpy record arrays whose layout the CUDA C kernels
 mirror as structs (kernels/l3_batch.cuh) and the Numba kernels index by field.
 This module imports neither cupy nor numba.
 
-A launch decodes one (mode, sample size) group of a batch: one block per task,
+A launch decodes the items of one mode (8- and 16-bit alike): one block per task,
 a task being one tile of one item that intersects the item's region.
 """
 
@@ -52,10 +52,9 @@ MODE_FAST = fmt.MODE_FAST
 
 @dataclass
 class Launch:
-    """The tables for one kernel launch: items of one mode and one sample size."""
+    """The tables for one kernel launch: the items of one mode."""
 
     mode: int
-    bits: int
     items: np.ndarray  # ITEM_DTYPE, one per item in this launch
     item_index: np.ndarray  # int64: position of each record's item in the batch
     tasks: np.ndarray  # TASK_DTYPE
@@ -148,32 +147,29 @@ def prepare(items, regions=None, *, verify=True, max_pixels: int = fmt.MAX_PIXEL
 
     launches = []
     modes = np.array([fmt.MODES[info.mode] for info in infos])
-    bits = records["bits"]
     for mode in (MODE_COMPACT, MODE_FAST):
-        for sample_bits in (8, 16):
-            chosen = np.flatnonzero((modes == mode) & (bits == sample_bits))
-            if chosen.size == 0:
-                continue
-            task_lists = []
-            for local, i in enumerate(chosen):
-                tiles = _region_tiles(infos[i], checked_regions[i])
-                task = np.empty(len(tiles), TASK_DTYPE)
-                task["item"] = local
-                task["tile_y"], task["tile_x"] = tiles[:, 0], tiles[:, 1]
-                task_lists.append(task)
-            sub = records[chosen]
-            launches.append(
-                Launch(
-                    mode=mode,
-                    bits=sample_bits,
-                    items=sub,
-                    item_index=chosen.astype(np.int64),
-                    tasks=np.concatenate(task_lists),
-                    max_channels=int(sub["channels"].max()),
-                    max_tile_width=int(sub["tile_width"].max()),
-                    max_tile_height=int(sub["tile_height"].max()),
-                )
+        chosen = np.flatnonzero(modes == mode)
+        if chosen.size == 0:
+            continue
+        task_lists = []
+        for local, i in enumerate(chosen):
+            tiles = _region_tiles(infos[i], checked_regions[i])
+            task = np.empty(len(tiles), TASK_DTYPE)
+            task["item"] = local
+            task["tile_y"], task["tile_x"] = tiles[:, 0], tiles[:, 1]
+            task_lists.append(task)
+        sub = records[chosen]
+        launches.append(
+            Launch(
+                mode=mode,
+                items=sub,
+                item_index=chosen.astype(np.int64),
+                tasks=np.concatenate(task_lists),
+                max_channels=int(sub["channels"].max()),
+                max_tile_width=int(sub["tile_width"].max()),
+                max_tile_height=int(sub["tile_height"].max()),
             )
+        )
     return Batch(
         data=data,
         stream_starts=stream_starts.astype(np.int64),

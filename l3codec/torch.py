@@ -3,7 +3,7 @@
     images = l3codec.torch.decode([data0, data1], device="cuda")   # list of CHW tensors
     batch = l3codec.torch.decode([data0, data1], device="cuda")    # NCHW when shapes agree
 
-On CUDA the batch decodes in one launch per mode and sample size on torch's current
+On CUDA the batch decodes in one launch per mode on torch's current
 stream, straight into memory that torch allocated: the CuPy backend sees it through
 DLPack, the Numba one through the CUDA array interface, and nothing is copied. On the
 CPU the Numba decoder writes into the tensors' memory. The core package never imports

@@ -112,18 +112,16 @@ CUDA_EMU_DYNAMIC_SHARED(l3_shared_memory);
 
 #define L3_KERNEL_PARAMETERS const unsigned char*, long long, const long long*, const long long*, \
     const L3Item*, const L3Task*, long long, unsigned char*, int*
-extern "C" void l3_decode_compact_u8(L3_KERNEL_PARAMETERS);
-extern "C" void l3_decode_compact_u16(L3_KERNEL_PARAMETERS);
-extern "C" void l3_decode_fast_u8(L3_KERNEL_PARAMETERS);
-extern "C" void l3_decode_fast_u16(L3_KERNEL_PARAMETERS);
+%(declarations)s
 typedef void (*Kernel)(L3_KERNEL_PARAMETERS);
-static const Kernel kernels[4] = {%(kernels)s};
+static const Kernel kernels[] = {%(kernels)s};
+static const int kernel_count = sizeof(kernels) / sizeof(kernels[0]);
 
 extern "C" int l3emu_launch(int kernel, long long grid, int bx, int by, int bz, long long shared_bytes, int order,
                             unsigned seed, const unsigned char* data, long long data_size, const long long* starts,
                             const long long* ends, const L3Item* items, const L3Task* tasks, long long task_count,
                             unsigned char* out, int* status) {
-    if (kernel < 0 || kernel > 3) return -2;
+    if (kernel < 0 || kernel >= kernel_count) return -2;
     const Kernel run = kernels[kernel];
     return cuda_emu::launch(dim3((unsigned)grid), dim3(bx, by, bz), (size_t)shared_bytes, order, seed, [=] {
         run(data, data_size, starts, ends, items, tasks, task_count, out, status);
@@ -185,7 +183,8 @@ def kernel_library() -> ctypes.CDLL:
     global _library
     if _library is None:
         names = [cuda_c.KERNELS[key][1] for key in sorted(cuda_c.KERNELS)]
-        shim = _SHIM % {"kernels": ", ".join(names)}
+        declarations = "\n".join(f'extern "C" void {name}(L3_KERNEL_PARAMETERS);' for name in names)
+        shim = _SHIM % {"declarations": declarations, "kernels": ", ".join(names)}
         lib = build_library("l3kernels", [KERNEL_DIR / name for name in cuda_c.SOURCES], {"shim.cpp": shim})
         i64, i32, ptr = ctypes.c_longlong, ctypes.c_int, ctypes.c_void_p
         lib.l3emu_launch.restype = i32
@@ -278,7 +277,7 @@ def decode_batch_emulated(
         launch_status = np.zeros(len(table_items), np.int32)
         shape = cuda_c.block_shape(launch) if block is None else block
         result = lib.l3emu_launch(
-            KERNEL_INDEX[(launch.mode, launch.bits)],
+            KERNEL_INDEX[launch.mode],
             len(table_tasks),
             *shape,
             cuda_c.shared_memory_bytes(launch),

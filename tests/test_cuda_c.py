@@ -160,7 +160,9 @@ def test_mixed_batch_both_modes_both_sample_sizes():
         )
         regions.append(None if i % 2 else (i, 2 * i, h - 2 * i, w - 3 * i))
     batch = l3batch.prepare(files, regions)
-    assert {(launch.mode, launch.bits) for launch in batch.launches} == set(cuda_c.KERNELS)
+    # one launch per mode, each holding 8- and 16-bit items
+    assert [launch.mode for launch in batch.launches] == sorted(cuda_c.KERNELS)
+    assert all(set(launch.items["bits"]) == {8, 16} for launch in batch.launches)
     _assert_matches_cpu(files, regions)
 
 
@@ -445,9 +447,9 @@ def test_shared_memory_formulas_match_the_kernels():
                 want = lib.l3emu_compact_shared_bytes(channels, tile_width, sample_bytes)
                 items = np.zeros(1, l3batch.ITEM_DTYPE)
                 items["channels"], items["tile_width"], items["tile_height"] = channels, tile_width, 32
+                items["bits"] = 8 * sample_bytes
                 launch = l3batch.Launch(
                     fmt.MODE_COMPACT,
-                    8 * sample_bytes,
                     items,
                     np.zeros(1, np.int64),
                     np.zeros(0, l3batch.TASK_DTYPE),
@@ -463,6 +465,16 @@ def test_shared_memory_formulas_match_the_kernels():
                     want = lib.l3emu_fast_shared_bytes(channels, tile_width, tile_height, sample_bytes)
                     assert cuda_c.shared_memory_bytes(launch) == want
                     assert want <= 66 * 1024
+
+
+def test_a_mixed_launch_gets_the_shared_memory_of_its_largest_item():
+    lib = kernel_library()
+    items = np.zeros(2, l3batch.ITEM_DTYPE)
+    items["channels"], items["tile_width"], items["tile_height"] = (4, 1), (64, 512), 32
+    items["bits"] = (8, 16)
+    launch = l3batch.Launch(fmt.MODE_COMPACT, items, np.arange(2), np.zeros(0, l3batch.TASK_DTYPE), 4, 512, 32)
+    each = [lib.l3emu_compact_shared_bytes(4, 64, 1), lib.l3emu_compact_shared_bytes(1, 512, 2)]
+    assert cuda_c.shared_memory_bytes(launch) == max(each)
 
 
 def test_launch_geometry():
