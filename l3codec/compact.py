@@ -54,12 +54,9 @@ STATE_SIZE = S_N + CONTEXTS
 
 @device
 def med(w, n, nw):
-    """LOCO-I median edge detector."""
-    if nw >= max(w, n):
-        return min(w, n)
-    if nw <= min(w, n):
-        return max(w, n)
-    return w + n - nw
+    """LOCO-I median edge detector: min(w, n) if nw >= max(w, n), max(w, n) if nw <= min(w, n),
+    else w + n - nw. As a clamp it has no branches, which noisy images would mispredict."""
+    return min(max(w + n - nw, min(w, n)), max(w, n))
 
 
 @device
@@ -102,9 +99,8 @@ def zigzag(residual, bits):
 
 @device
 def unzigzag(mapped):
-    if mapped & 1:
-        return -((mapped + 1) >> 1)
-    return mapped >> 1
+    """0, 1, 2, 3, ... -> 0, -1, 1, -2, ... (without a branch on the sign)."""
+    return (mapped >> 1) ^ -(mapped & 1)
 
 
 @device

@@ -67,28 +67,39 @@ def decode_fast_row(buf, field_pos, data_pos, tile, row, width, bits):
     """Decode one row in place; returns the data bit position after it, or -1 for a bad width."""
     mask = (np.int64(1) << bits) - 1
     field_bits = width_field_bits(bits)
-    window = peek_bits(buf, data_pos)
-    available = 49
     for group in range(groups_per_row(width)):
         group_bits = read_bits(buf, field_pos + group * field_bits, field_bits)
         if group_bits > bits:
             return -1
         group_mask = (np.int64(1) << group_bits) - 1
-        for col in range(group * GROUP_SIZE, min(width, (group + 1) * GROUP_SIZE)):
-            if available < group_bits:
-                window = peek_bits(buf, data_pos)
-                available = 49
-            tile[row, col] = window & group_mask
-            window >>= group_bits
-            available -= group_bits
-            data_pos += group_bits
+        # a peek holds 49 bits: unpack as many samples per peek, with no test per sample
+        per_peek = 49 // max(group_bits, 1)
+        col = group * GROUP_SIZE
+        group_end = min(width, col + GROUP_SIZE)
+        while col < group_end:
+            window = peek_bits(buf, data_pos)
+            stop = min(group_end, col + per_peek)
+            for c in range(col, stop):
+                tile[row, c] = window & group_mask
+                window >>= group_bits
+            data_pos += (stop - col) * group_bits
+            col = stop
+    # predict()'s cases, each in a loop of its own: no per-sample branches
     if row == 0:
+        value = np.int64(1) << (bits - 1)
         for col in range(width):
-            tile[row, col] = (predict(tile, row, col, width, bits) + unzigzag(np.int64(tile[row, col]))) & mask
+            value = (value + unzigzag(np.int64(tile[0, col]))) & mask
+            tile[0, col] = value
         return data_pos
     for col in range(0, width, 2):
-        tile[row, col] = (predict(tile, row, col, width, bits) + unzigzag(np.int64(tile[row, col]))) & mask
-    for col in range(1, width, 2):
+        tile[row, col] = (np.int64(tile[row - 1, col]) + unzigzag(np.int64(tile[row, col]))) & mask
+    above = tile[row - 1]
+    for col in range(1, width - 1, 2):  # odd columns with a right neighbour
+        prediction = predict_odd(np.int64(tile[row, col - 1]), np.int64(tile[row, col + 1]),
+                                 np.int64(above[col]), np.int64(above[col - 1]), np.int64(above[col + 1]))
+        tile[row, col] = (prediction + unzigzag(np.int64(tile[row, col]))) & mask
+    if width % 2 == 0:  # the last column is odd and has none
+        col = width - 1
         tile[row, col] = (predict(tile, row, col, width, bits) + unzigzag(np.int64(tile[row, col]))) & mask
     return data_pos
 
