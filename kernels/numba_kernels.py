@@ -24,8 +24,9 @@ from numba import config, cuda
 
 from l3codec import batch, bitio, colour, compact, fast, streams
 from l3codec import format as fmt
-from l3codec.format import L3Error
 from l3codec.jit import compile_device_functions
+
+from . import cuda_c
 
 _dev = compile_device_functions([bitio, colour, streams, compact, fast], cuda.jit(device=True, inline="always"))
 read_bits = _dev.read_bits
@@ -54,12 +55,11 @@ GROUP_STARTS = MAX_GROUPS + 1  # shared array sizes must be plain constants
 MAX_TILE_WIDTH = fmt.MAX_TILE_WIDTH
 # compact stages a ring of columns per row, like compact.cu: a tile up to RING wide at once,
 # a wider one in strips of RING - WARP steps, each written out before the ring wraps
-COMPACT_RING = 128
+COMPACT_RING = cuda_c.COMPACT_RING_MAX
 COMPACT_STAGE = MAX_CHANNELS * WARP * COMPACT_RING
-# fast stages a ring of rows per channel, sized to this many bytes (at least 2 rows), like fast.cu
-FAST_STAGE_BUDGET = 32768
-# what a block may use without opting in to more (numba-cuda cannot opt in)
-SHARED_LIMIT = 48 * 1024
+# fast stages a ring of rows per channel, cuda_c.FAST_STAGE_BUDGET bytes (at least 2 rows), like fast.cu;
+# a block may use cuda_c.DEFAULT_SHARED_LIMIT without opting in to more, which numba-cuda cannot do
+SHARED_LIMIT = cuda_c.DEFAULT_SHARED_LIMIT
 # a bound on decode_fast's static shared arrays (group tables, scan scratch); the tests check
 # it against ptxas's report
 FAST_STATIC_SHARED = 16 * 1024
@@ -389,24 +389,29 @@ def decode_fast(data, stream_starts, stream_ends, items, tasks, ring_rows, out, 
 
 
 def fast_ring_rows(launch) -> int:
-    """Rows of each channel's ring in a fast launch: FAST_STAGE_BUDGET bytes, 2..tile height + 1."""
-    row_bytes = launch.max_channels * launch.max_tile_width * TILE_SAMPLE.itemsize
-    return max(2, min(FAST_STAGE_BUDGET // row_bytes, launch.max_tile_height + 1))
+    """Rows of each channel's ring in a fast launch: the fewest that cuda_c.fast_ring_rows gives
+    any of its items (FAST_STAGE_BUDGET bytes of 16-bit staging, 2..tile height + 1)."""
+    items = launch.items
+    rows = cuda_c.fast_ring_rows(items["channels"], items["tile_width"], items["tile_height"], TILE_SAMPLE.itemsize)
+    return int(rows.min())
 
 
 def launch_geometry(launch) -> tuple:
     """(kernel, grid, block, dynamic shared bytes, extra kernel arguments) for a batch.Launch.
 
-    Raises L3Error when the tiles need more shared memory than a block gets without opting in.
+    Raises RuntimeError when an item's tiles need more shared memory than a block gets
+    without opting in (the cupy backend can opt in).
     """
     if launch.mode == fmt.MODE_COMPACT:
         return decode_compact, (len(launch.tasks),), (WARP, launch.max_channels), 0, ()
     rows = fast_ring_rows(launch)
-    shared = rows * launch.max_channels * launch.max_tile_width * TILE_SAMPLE.itemsize
+    row_samples = launch.items["channels"].astype(np.int64) * launch.items["tile_width"]
+    shared = rows * int(row_samples.max()) * TILE_SAMPLE.itemsize
     if shared + FAST_STATIC_SHARED > SHARED_LIMIT:
-        raise L3Error(
-            f"fast tiles {launch.max_tile_width} wide with {launch.max_channels} channels need"
-            f" {shared + FAST_STATIC_SHARED} bytes of shared memory, more than the numba backend's"
+        widest = int(row_samples.argmax())
+        raise RuntimeError(
+            f"fast tiles {launch.items['tile_width'][widest]} wide with {launch.items['channels'][widest]} channels"
+            f" need {shared + FAST_STATIC_SHARED} bytes of shared memory, more than the numba backend's"
             f" {SHARED_LIMIT}; use backend='cupy'"
         )
     return decode_fast, (len(launch.tasks),), (FAST_THREADS,), shared, (rows,)

@@ -78,6 +78,15 @@ class Batch:
     out_size: int  # bytes of the whole output buffer
     launches: list
 
+    @property
+    def same_shape(self) -> bool:
+        """Every item has the same output shape and dtype: the output is one (N, *shape) array."""
+        return _same_shape(self.shapes, self.dtypes)
+
+
+def _same_shape(shapes, dtypes) -> bool:
+    return len(set(zip(shapes, dtypes))) == 1
+
 
 def output_shape(info: fmt.Info, region) -> tuple:
     _, _, h, w = region
@@ -130,7 +139,7 @@ def prepare(items, regions=None, *, verify=True, max_pixels: int = fmt.MAX_PIXEL
     shapes = [output_shape(info, region) for info, region in zip(infos, checked_regions)]
     dtypes = [info.dtype for info in infos]
     item_bytes = np.array([int(np.prod(s)) * d.itemsize for s, d in zip(shapes, dtypes)], np.int64)
-    if len(set(zip(shapes, dtypes))) == 1:
+    if _same_shape(shapes, dtypes):
         padded = item_bytes  # same-shape items lie back to back: one (N, H, W, C) buffer
     else:
         padded = (item_bytes + 15) // 16 * 16  # aligned, so each item views with its own dtype

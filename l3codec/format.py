@@ -127,7 +127,7 @@ def as_bytes_view(data) -> np.ndarray:
         return data.reshape(-1).view(np.uint8)
     try:
         return np.frombuffer(data, dtype=np.uint8)
-    except (TypeError, ValueError) as exc:  # not a buffer, or a non-contiguous one
+    except (TypeError, ValueError, BufferError) as exc:  # not a buffer, or a non-contiguous one
         raise L3Error(f"L3 data must be a contiguous bytes-like buffer, not {type(data).__name__}: {exc}") from exc
 
 

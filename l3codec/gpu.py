@@ -20,7 +20,7 @@ from .format import L3Error
 BACKENDS = ("cupy", "numba")
 
 
-def _host_bytes(item):
+def host_bytes(item):
     """Compressed bytes on the host, where they are validated: device items are copied back."""
     if hasattr(item, "__cuda_array_interface__") and hasattr(item, "get"):  # a CuPy array
         return item.get()
@@ -85,7 +85,7 @@ def decode_batch(
 def prepare(items, regions=None, /, *, verify: bool = True, max_pixels: int = fmt.MAX_PIXELS) -> batching.Batch:
     """Validate a list of items on the host and build their launch tables (batch.prepare);
     device items are copied back for it."""
-    return batching.prepare([_host_bytes(item) for item in items], regions, verify=verify, max_pixels=max_pixels)
+    return batching.prepare([host_bytes(item) for item in items], regions, verify=verify, max_pixels=max_pixels)
 
 
 def decode_prepared(prepared: batching.Batch, /, *, backend: str = "cupy", out=None, stream=None):
@@ -108,7 +108,7 @@ def _flat_out(prepared, array, c_contiguous: bool):
     """The flat uint8 view of a caller's device out array, after checking that it fits."""
     if not c_contiguous:
         raise L3Error("out must be C-contiguous")
-    if len(set(zip(prepared.shapes, prepared.dtypes))) == 1:
+    if prepared.same_shape:
         stacked = (len(prepared.shapes), *prepared.shapes[0])
         if tuple(array.shape) == stacked and array.dtype == prepared.dtypes[0]:
             return array.reshape(-1).view(np.uint8)
@@ -140,14 +140,17 @@ def _run_numba(prepared, out, stream):
     data = cuda.to_device(pinned, stream=stream)
     starts = cuda.to_device(prepared.stream_starts, stream=stream)
     ends = cuda.to_device(prepared.stream_ends, stream=stream)
-    status = np.zeros(len(prepared.infos), np.int32)
+    launch_statuses = []
     for launch, (kernel, grid, block, shared, extra) in zip(prepared.launches, geometries):
         items = cuda.to_device(launch.items.view(np.int64).reshape(len(launch.items), -1), stream=stream)
         tasks = cuda.to_device(launch.tasks.view(np.int64).reshape(len(launch.tasks), -1), stream=stream)
         launch_status = cuda.to_device(np.zeros(len(launch.items), np.int32), stream=stream)
         kernel[grid, block, stream, shared](data, starts, ends, items, tasks, *extra, output, launch_status)
-        status[launch.item_index] = launch_status.copy_to_host(stream=stream)
-    stream.synchronize()
+        launch_statuses.append(launch_status.copy_to_host(stream=stream))
+    stream.synchronize()  # the asynchronous copies above are valid from here on
+    status = np.zeros(len(prepared.infos), np.int32)
+    for launch, launch_status in zip(prepared.launches, launch_statuses):
+        status[launch.item_index] = launch_status
     return output, status
 
 

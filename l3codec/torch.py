@@ -15,8 +15,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from . import batch as batching
 from . import codec, gpu
-from .batch import split_output
 from .format import MAX_PIXELS, L3Error
 
 _TORCH_DTYPES = {np.dtype(np.uint8): torch.uint8, np.dtype(np.uint16): torch.uint16}  # uint16: torch >= 2.3
@@ -41,18 +41,21 @@ def decode(
     single = not isinstance(items, (list, tuple))
     item_list = [items] if single else list(items)
     region_list = [regions] if single else (list(regions) if regions is not None else [None] * len(item_list))
-    prepared = gpu.prepare(item_list, region_list, verify=verify, max_pixels=max_pixels)
+    host_items = [gpu.host_bytes(item) for item in item_list]  # device items are validated on the host
+    prepared = batching.prepare(host_items, region_list, verify=verify, max_pixels=max_pixels)
     flat = torch.empty(max(prepared.out_size, 1), dtype=torch.uint8, device=device)
-    images = split_output(prepared, flat, _TORCH_DTYPES.__getitem__)  # HWC (HW) views of flat
+    images = batching.split_output(prepared, flat, _TORCH_DTYPES.__getitem__)  # HWC (HW) views of flat
     if device.type == "cpu":
-        # already verified: each item's checksum is not computed twice
-        for item, region, image in zip(item_list, prepared.regions, images):
-            codec.decode(item, region=region, out=image.numpy(), verify=False)
+        for index, (item, region, image) in enumerate(zip(host_items, prepared.regions, images)):
+            try:  # already verified: each item's checksum is not computed twice
+                codec.decode(item, region=region, out=image.numpy(), verify=False)
+            except L3Error as error:  # corrupt past its checksum, or verify=False
+                raise L3Error(f"batch item {index}: {error}") from None
     else:
         _decode_on_cuda(prepared, flat, device, backend)
     if single:
         return _chw(images[0])
-    if len(set(zip(prepared.shapes, prepared.dtypes))) == 1:
+    if prepared.same_shape:
         # same-shape items lie back to back: the whole buffer is one (N, H, W[, C]) tensor
         stacked = flat[: prepared.out_size].view(_TORCH_DTYPES[prepared.dtypes[0]])
         return _chw(stacked.reshape(len(item_list), *prepared.shapes[0]), batched=True)

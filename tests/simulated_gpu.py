@@ -94,9 +94,9 @@ def out_and_device_item_cases(images, datas):
 def staging_cases():
     """Tiles wider than the compact ring (written in strips) and fast tiles taller than the ring
     of rows (written in bands, the budget shrunk so that tiny images need several)."""
-    from l3codec.kernels import numba_kernels
+    from l3codec.kernels import cuda_c
 
-    numba_kernels.FAST_STAGE_BUDGET = 3 * 3 * 32 * 2  # 3 rows of 3 channels, 32 wide: bands of 2 rows
+    cuda_c.FAST_STAGE_BUDGET = 3 * 3 * 32 * 2  # 3 rows of 3 channels, 32 wide: bands of 2 rows
     cases = [
         (make_image("smooth_noise", 33, 170, 1, np.uint8, 5), "compact", 160, 32),
         (make_image("gradient", 7, 150, 3, np.uint16, 6), "compact", 144, 32),

@@ -127,7 +127,7 @@ def test_payload_checksum_can_be_skipped():
     assert parsed.payload_offset < len(buf)
 
 
-@pytest.mark.parametrize("data", [b"", b"L3IM", bytes(44), 12345, None])
+@pytest.mark.parametrize("data", [b"", b"L3IM", bytes(44), 12345, None, memoryview(bytes(200))[::2]])
 def test_not_bytes_or_too_short(data):
     with pytest.raises(l3codec.L3Error):
         l3codec.decode(data)
