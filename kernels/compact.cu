@@ -320,17 +320,4 @@ L3_DEVICE void decode_compact_tile(const unsigned char* __restrict__ data, long 
 
 }  // namespace l3
 
-// One kernel for both sample sizes, so a batch needs one launch per mode: every block decodes
-// one tile of one item, so the branch is uniform across the block and its barriers.
-extern "C" __global__ void __launch_bounds__(128, 8)
-    l3_decode_compact(const unsigned char* __restrict__ data, long long data_size,
-                      const long long* __restrict__ stream_starts, const long long* __restrict__ stream_ends,
-                      const L3Item* __restrict__ items, const L3Task* __restrict__ tasks, long long task_count,
-                      unsigned char* __restrict__ out, int* __restrict__ status) {
-    if ((long long)blockIdx.x < task_count && items[tasks[blockIdx.x].item].bits == 16)
-        l3::decode_compact_tile<unsigned short, 16>(data, data_size, stream_starts, stream_ends, items, tasks,
-                                                    task_count, out, status);
-    else
-        l3::decode_compact_tile<unsigned char, 8>(data, data_size, stream_starts, stream_ends, items, tasks,
-                                                  task_count, out, status);
-}
+L3_DECODE_KERNEL(l3_decode_compact, 128, l3::decode_compact_tile)  // a warp per channel, up to 4

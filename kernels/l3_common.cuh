@@ -12,6 +12,23 @@
 #define L3_HOST_DEVICE __host__ __device__ inline
 #define L3_FULL_MASK 0xffffffffu
 
+// A decode kernel taking 8- and 16-bit items alike, so a batch needs one launch per mode:
+// every block decodes one tile of one item, so the branch is uniform across the block and
+// its barriers. tile_decoder<T, BITS> has the kernel's parameters.
+#define L3_DECODE_KERNEL(name, threads, tile_decoder)                                                     \
+    extern "C" __global__ void __launch_bounds__(threads, 8)                                               \
+        name(const unsigned char* __restrict__ data, long long data_size,                                  \
+             const long long* __restrict__ stream_starts, const long long* __restrict__ stream_ends,       \
+             const L3Item* __restrict__ items, const L3Task* __restrict__ tasks, long long task_count,    \
+             unsigned char* __restrict__ out, int* __restrict__ status) {                                  \
+        if ((long long)blockIdx.x < task_count && items[tasks[blockIdx.x].item].bits == 16)                \
+            tile_decoder<unsigned short, 16>(data, data_size, stream_starts, stream_ends, items, tasks,    \
+                                             task_count, out, status);                                     \
+        else                                                                                               \
+            tile_decoder<unsigned char, 8>(data, data_size, stream_starts, stream_ends, items, tasks,      \
+                                           task_count, out, status);                                       \
+    }
+
 // The block's dynamic shared memory (the only shared memory the kernels use).
 L3_DEVICE unsigned char* l3_dynamic_shared() {
     extern __shared__ __align__(16) unsigned char l3_shared_memory[];

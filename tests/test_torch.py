@@ -74,6 +74,16 @@ def test_corrupt_payload_is_refused_unless_verification_is_off():
         assert "checksum" not in str(error)
 
 
+def test_a_corrupt_stream_names_its_item_when_verification_is_off():
+    from l3codec import format as fmt
+
+    good = _encode(make_image("smooth_noise", 16, 16, 3, np.uint8, 6))
+    bad = bytearray(good)
+    bad[fmt.parse(good).payload_offset] = 7  # the first stream's kind byte: no such kind
+    with pytest.raises(l3codec.L3Error, match="batch item 1: corrupt stream"):
+        l3torch.decode([good, bytes(bad)], device="cpu", verify=False)
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("backend", ["cupy", "numba"])
 def test_cuda_decode_matches_cpu(backend):
