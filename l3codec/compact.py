@@ -79,13 +79,11 @@ def neighbours(row, col, left, left2, up, upleft, half):
 
 @device
 def activity_context(w, n, nw, mapped_n, mapped_w, bits):
-    """How many of the (increasing) thresholds the activity exceeds: counted, not searched,
-    so that there is no branch to mispredict."""
     activity = ((abs(w - nw) + abs(n - nw)) >> 1) + mapped_n + mapped_w
     shift = bits - 8
     ctx = 0
-    for i in range(REGULAR_CONTEXTS - 1):
-        ctx += activity > (ACTIVITY_THRESHOLDS[i] << shift)
+    while ctx < REGULAR_CONTEXTS - 1 and activity > (ACTIVITY_THRESHOLDS[ctx] << shift):
+        ctx += 1
     return ctx
 
 
