@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from . import __version__
+from . import format as fmt
 from .codec import decode, encode, info
 from .format import L3Error
 
@@ -160,16 +161,34 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("encode", help="encode PNG/JPEG/... images as .l3")
     p.add_argument("inputs", nargs="+", metavar="INPUT")
-    p.add_argument("-o", "--output", metavar="OUT", help="output .l3 file (one input) or directory")
-    p.add_argument("--mode", choices=("compact", "fast"), default="compact")
-    p.add_argument("--tile-width", type=int, metavar="N")
-    p.add_argument("--tile-height", type=int, metavar="N", help="fast mode only")
+    p.add_argument(
+        "-o", "--output", metavar="OUT",
+        help="output .l3 file (one input) or directory (default: INPUT with .l3, beside it)",
+    )
+    p.add_argument(
+        "--mode", choices=("compact", "fast"), default="compact",
+        help="compact: smallest files (default); fast: row-parallel, faster to encode and decode",
+    )
+    p.add_argument(
+        "--tile-width", type=int, metavar="N",
+        help=f"a multiple of {fmt.TILE_WIDTH_STEP} in {fmt.MIN_TILE_WIDTH}..{fmt.MAX_TILE_WIDTH}"
+        f" (default {fmt.DEFAULT_TILE_WIDTH[fmt.MODE_COMPACT]} compact, {fmt.DEFAULT_TILE_WIDTH[fmt.MODE_FAST]} fast)",
+    )
+    p.add_argument(
+        "--tile-height", type=int, metavar="N",
+        help=f"fast mode only: a multiple of {fmt.FAST_TILE_HEIGHT_STEP} in {fmt.FAST_MIN_TILE_HEIGHT}"
+        f"..{fmt.FAST_MAX_TILE_HEIGHT} (default {fmt.DEFAULT_TILE_HEIGHT[fmt.MODE_FAST]});"
+        f" compact tiles are {fmt.COMPACT_TILE_HEIGHT} rows",
+    )
     p.add_argument("-f", "--force", action="store_true", help="replace existing output files")
     p.set_defaults(run=_encode)
 
     p = sub.add_parser("decode", help="decode .l3 images to PNG")
     p.add_argument("inputs", nargs="+", metavar="INPUT")
-    p.add_argument("-o", "--output", metavar="OUT", help="output .png file (one input) or directory")
+    p.add_argument(
+        "-o", "--output", metavar="OUT",
+        help="output .png file (one input) or directory (default: INPUT with .png, beside it)",
+    )
     p.add_argument(
         "--region", type=_parse_region, metavar="Y,X,H,W", help="decode only this window"
     )

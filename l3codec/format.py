@@ -177,7 +177,7 @@ def parse_header(data) -> tuple:
         raise L3Error(f"truncated: {buf.size} bytes is shorter than the {HEADER_SIZE}-byte header")
     header = buf[:HEADER_SIZE].view(HEADER_DTYPE)[0]
     if header["magic"] != MAGIC:
-        raise L3Error(f"not an L3 image: magic {bytes(header['magic'])!r}")
+        raise L3Error(f"not an L3 image: magic {buf[:4].tobytes()!r}")  # (an S4 field drops trailing NULs)
     if header["version"] != VERSION:
         raise L3Error(f"unsupported L3 version {header['version']} (this decoder reads {VERSION})")
     if header["header_size"] != HEADER_SIZE:

@@ -36,6 +36,8 @@ def decode(
     device = torch.device(device)
     if device.type not in ("cuda", "cpu"):
         raise L3Error(f"device must be cuda or cpu, not {device}")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("torch sees no CUDA device (or is a CPU build): decode with device='cpu'")
     if backend not in gpu.BACKENDS:
         raise L3Error(f"backend must be one of {gpu.BACKENDS}, not {backend!r}")
     single = not isinstance(items, (list, tuple))

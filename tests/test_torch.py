@@ -74,6 +74,12 @@ def test_corrupt_payload_is_refused_unless_verification_is_off():
         assert "checksum" not in str(error)
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_cuda_without_a_gpu_says_to_use_the_cpu():
+    with pytest.raises(RuntimeError, match="device='cpu'"):
+        l3torch.decode(_encode(make_image("gradient", 8, 8, 1, np.uint8)))
+
+
 def test_a_corrupt_stream_names_its_item_when_verification_is_off():
     from l3codec import format as fmt
 
