@@ -16,6 +16,8 @@ W_NACC = 2
 W_LIMIT = 3
 WRITER_STATE_SIZE = 4
 
+PEEK_BITS = 49  # bits a peek_bits result always holds: 56 loaded, at most 7 shifted out
+
 
 @device
 def load56(buf, byte_pos):
@@ -41,7 +43,7 @@ def load56(buf, byte_pos):
 
 @device
 def peek_bits(buf, bit_pos):
-    """At least 49 bits starting at bit_pos (LSB first)."""
+    """At least PEEK_BITS bits starting at bit_pos (LSB first)."""
     return load56(buf, bit_pos >> 3) >> (bit_pos & 7)
 
 

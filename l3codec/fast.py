@@ -10,7 +10,7 @@ group widths alone.
 
 import numpy as np
 
-from .bitio import bit_length, peek_bits, put_bits, read_bits
+from .bitio import PEEK_BITS, bit_length, peek_bits, put_bits, read_bits
 from .compact import med, unzigzag, zigzag
 from .format import STATUS_BAD_SIZE, STATUS_OK
 from .jit import device
@@ -72,8 +72,8 @@ def decode_fast_row(buf, field_pos, data_pos, tile, row, width, bits):
         if group_bits > bits:
             return -1
         group_mask = (np.int64(1) << group_bits) - 1
-        # a peek holds 49 bits: unpack as many samples per peek, with no test per sample
-        per_peek = 49 // max(group_bits, 1)
+        # unpack as many samples as one peek holds, with no test per sample
+        per_peek = PEEK_BITS // max(group_bits, 1)
         col = group * GROUP_SIZE
         group_end = min(width, col + GROUP_SIZE)
         while col < group_end:
