@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import format as fmt
-from .codec import check_region, region_streams
+from .regions import check_region, region_streams
 from .format import L3Error
 
 # One record per item. All int64, so C structs need no padding rules.

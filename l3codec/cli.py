@@ -5,12 +5,15 @@
     l3 info *.l3 --json
     l3 check *.l3
 
-Every subcommand takes several files. A bad file is reported as ``l3: PATH: message``
-on stderr, the others are still processed, and the exit status is then 1.
+Every subcommand takes several files. A bad file is reported as ``l3: PATH: reason``
+on stderr (PATH being the file at fault, input or output), the others are still
+processed, and the exit status is then 1. Outputs are planned before anything is
+written: two inputs with one output, or -o naming a file for several inputs, refuse
+the whole command (exit status 2).
 
-Inputs are read with OpenCV (8/16-bit kept as stored, BGR(A) turned into RGB(A));
-note that OpenCV reads grey+alpha PNGs as RGBA, so those encode as 4 channels.
-Outputs are PNG with the image's own channel count (1-4) and bit depth.
+Inputs are read with OpenCV under the pixel policy of l3codec/sources.py (palettes
+expanded, CMYK converted, each noted on stderr). Outputs are PNG with the image's own
+channel count (1-4) and bit depth.
 """
 
 from __future__ import annotations
@@ -26,31 +29,10 @@ from pathlib import Path
 
 import numpy as np
 
-from . import __version__
+from . import __version__, sources
 from . import format as fmt
-from .codec import decode, encode, info
+from .codec import SUFFIX, decode, encode, info
 from .format import L3Error
-
-
-class _Skip(Exception):
-    """A per-file failure that is reported as one line, like L3Error and OSError."""
-
-
-def _read_image(path: Path) -> np.ndarray:
-    """Any image OpenCV reads, as HW / HWC RGB(A), 8 or 16 bit as stored."""
-    import cv2
-
-    # imdecode (the same decoders as cv2.imread) so a missing file is a plain OSError
-    image = cv2.imdecode(np.frombuffer(path.read_bytes(), np.uint8), cv2.IMREAD_UNCHANGED)
-    if image is None:
-        raise _Skip("not an image format OpenCV can read")
-    if image.ndim == 3 and image.shape[2] == 1:
-        image = image[:, :, 0]
-    if image.ndim == 3 and image.shape[2] == 3:
-        image = cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
-    elif image.ndim == 3 and image.shape[2] == 4:
-        image = cv2.cvtColor(image, cv2.COLOR_BGRA2RGBA)
-    return image
 
 
 def _png_grey_alpha(image: np.ndarray) -> bytes:
@@ -68,52 +50,137 @@ def _png_grey_alpha(image: np.ndarray) -> bytes:
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", idat) + chunk(b"IEND", b"")
 
 
-def _write_png(path: Path, image: np.ndarray) -> None:
-    """Write HW / HWC RGB(A) as PNG, 8 or 16 bit."""
+def _png_bytes(image: np.ndarray) -> bytes:
+    """HW / HWC RGB(A) as a PNG file's bytes, 8 or 16 bit."""
     import cv2
 
     if image.ndim == 3 and image.shape[2] == 2:
-        path.write_bytes(_png_grey_alpha(image))
-        return
+        return _png_grey_alpha(image)
     if image.ndim == 3 and image.shape[2] == 3:
         image = cv2.cvtColor(image, cv2.COLOR_RGB2BGR)
     elif image.ndim == 3 and image.shape[2] == 4:
         image = cv2.cvtColor(image, cv2.COLOR_RGBA2BGRA)
-    if not cv2.imwrite(str(path), image):
-        raise _Skip(f"cannot write {path}")
+    ok, encoded = cv2.imencode(".png", image)
+    if not ok:
+        raise _Failure(f"OpenCV cannot write a PNG of shape {image.shape} {image.dtype}")
+    return encoded.tobytes()
 
 
-def _output_path(source: Path, args, suffix: str) -> Path:
-    """OUT is a directory for several inputs (or an existing directory), else a file path.
-    An existing file is only replaced with --force: the source itself may be the default target."""
-    name = source.with_suffix(suffix).name
+class _Failure(Exception):
+    """One file failed: reported as ``l3: PATH: reason``, PATH being the file at fault (the input
+    unless path says otherwise); the other files are still processed."""
+
+    def __init__(self, reason: str, path: Path | None = None):
+        super().__init__(reason)
+        self.path = path
+
+
+class _Refused(Exception):
+    """The command line is refused before anything is read or written: (path, reason) pairs."""
+
+    def __init__(self, problems: list):
+        super().__init__(problems)
+        self.problems = problems
+
+
+OUTPUT_SUFFIX = {"encode": SUFFIX, "decode": ".png"}
+
+
+def _output_name(source: Path, command: str, into_directory: bool) -> str:
+    """encode: a.png -> a.l3. decode: x.l3 -> x.png in an output directory, but x.l3.png beside
+    the input, where x.png is most likely the image x.l3 was made from."""
+    if command == "decode" and not into_directory:
+        return source.name + OUTPUT_SUFFIX[command]
+    return source.with_suffix(OUTPUT_SUFFIX[command]).name
+
+
+def _plan_outputs(args, sources: list) -> list:
+    """The output path of every input, checked together before anything is written: a wrong
+    suffix, -o naming a file for several inputs, or two inputs (or an input and an output)
+    sharing a path refuse the whole command. Creates the output directory last."""
+    suffix = OUTPUT_SUFFIX[args.command]
     out = args.output
-    if out is None:
-        target = source.with_suffix(suffix)
-    elif len(args.inputs) > 1 or Path(out).is_dir() or out.endswith(("/", os.sep)):
-        Path(out).mkdir(parents=True, exist_ok=True)
-        target = Path(out) / name
+    names_directory = out is not None and out.endswith(("/", os.sep))
+    into_directory = out is not None and (len(sources) > 1 or names_directory or Path(out).is_dir())
+    if into_directory:
+        directory = Path(out)
+        if directory.exists() and not directory.is_dir():
+            raise _Refused([(out, f"is not a directory (-o names a directory for {len(sources)} inputs)")])
+        if not directory.exists() and not names_directory and directory.suffix.lower() == suffix:
+            raise _Refused([(
+                out, f"-o names a directory for {len(sources)} inputs, and this looks like a {suffix} file "
+                f"(write {out}/ to create a directory of that name)",
+            )])
+        targets = [directory / _output_name(source, args.command, True) for source in sources]
+    elif out is None:
+        targets = [source.with_name(_output_name(source, args.command, False)) for source in sources]
     else:
-        target = Path(out)
-    if target.suffix.lower() != suffix:
-        raise _Skip(f"output {target} must end in {suffix}")
-    if target.exists() and not args.force:
-        raise _Skip(f"{target} exists (--force replaces it)")
-    return target
+        targets = [Path(out)]
+    problems = []
+    if targets[0].suffix.lower() != suffix:
+        problems.append((targets[0], f"{args.command} writes {suffix} files: the output must end in {suffix}"))
+    inputs = {_same_file_key(source) for source in sources}
+    first_source = {}
+    for source, target in zip(sources, targets):
+        key = _same_file_key(target)
+        if key in inputs:
+            problems.append((source, f"its output {target} is one of the inputs"))
+        elif key in first_source:
+            problems.append((source, f"its output {target} is also the output of {first_source[key]}"))
+        else:
+            first_source[key] = source
+    if problems:
+        raise _Refused(problems)
+    if into_directory:
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise _Refused([(out, f"cannot create the output directory: {error.strerror or error}")]) from None
+    return targets
+
+
+def _same_file_key(path: Path) -> str:
+    return os.path.normcase(str(path.resolve()))
+
+
+def _refuse_existing(target: Path, force: bool) -> None:
+    if not force and target.exists():
+        raise _Failure("exists (--force replaces it)", target)
+
+
+def _write_output(target: Path, data: bytes, force: bool) -> None:
+    """Write data to target. Without force an existing file is never replaced; with force it is
+    replaced only once the new file is complete. A failed write leaves no partial file behind."""
+    partial = target.with_name(f".{target.name}.partial") if force else target
+    opened = False
+    try:
+        with open(partial, "wb" if force else "xb") as file:
+            opened = True
+            file.write(data)
+        if force:
+            os.replace(partial, target)
+    except FileExistsError:
+        raise _Failure("exists (--force replaces it)", target) from None
+    except OSError as error:
+        if opened:
+            partial.unlink(missing_ok=True)
+        raise _Failure(f"cannot write: {error.strerror or error}", target) from None
 
 
 def _percent(part: int, whole: int) -> str:
     return f"{100 * part / whole:.1f}%" if whole else "-"
 
 
-def _encode(args, path: Path) -> None:
-    image = _read_image(path)
-    target = _output_path(path, args, ".l3")
+def _encode(args, source: Path, target: Path) -> None:
+    _refuse_existing(target, args.force)
+    image, notes = sources.read(source.read_bytes())
     data = encode(image, mode=args.mode, tile_width=args.tile_width, tile_height=args.tile_height)
-    target.write_bytes(data)
-    in_size = path.stat().st_size
+    _write_output(target, data, args.force)
+    if notes:
+        print(f"l3: {source}: note: {'; '.join(notes)}", file=sys.stderr)
+    in_size = source.stat().st_size
     print(
-        f"{path} -> {target}: shape {image.shape} {image.dtype}, {in_size} -> {len(data)} bytes "
+        f"{source} -> {target}: shape {image.shape} {image.dtype}, {in_size} -> {len(data)} bytes "
         f"({_percent(len(data), in_size)} of the source file)"
     )
 
@@ -128,94 +195,148 @@ def _parse_region(text: str) -> tuple:
     return region
 
 
-def _decode(args, path: Path) -> None:
-    target = _output_path(path, args, ".png")  # PNG only: other formats OpenCV writes may be lossy
-    image = decode(path.read_bytes(), region=args.region)
-    _write_png(target, image)
-    print(f"{path} -> {target}: shape {image.shape} {image.dtype}")
+def _decode(args, source: Path, target: Path) -> None:
+    _refuse_existing(target, args.force)
+    image = decode(source.read_bytes(), region=args.region)
+    _write_output(target, _png_bytes(image), args.force)  # PNG only: other formats OpenCV writes may be lossy
+    print(f"{source} -> {target}: shape {image.shape} {image.dtype}")
 
 
-def _info(args, path: Path) -> None:
-    facts = info(path.read_bytes())
+def _info(args, source: Path, _target=None) -> None:
+    facts = info(source.read_bytes())
     if args.json:
-        record = {"path": str(path), **dataclasses.asdict(facts), "shape": list(facts.shape)}
+        record = {"path": str(source), **dataclasses.asdict(facts), "shape": list(facts.shape)}
         print(json.dumps(record))
         return
     print(
-        f"{path}: width {facts.width}, height {facts.height}, {facts.channels} channel(s), {facts.bits}-bit, "
+        f"{source}: width {facts.width}, height {facts.height}, {facts.channels} channel(s), {facts.bits}-bit, "
         f"shape {facts.shape}, mode {facts.mode}, transform {facts.transform}, "
         f"{facts.tiles_x}x{facts.tiles_y} tiles of {facts.tile_width}x{facts.tile_height}, "
         f"{facts.file_size} bytes, version {facts.version}"
     )
 
 
-def _check(args, path: Path) -> None:
-    decode(path.read_bytes())
-    print(f"{path}: OK")
+def _check(args, source: Path, _target=None) -> None:
+    decode(source.read_bytes())
+    print(f"{source}: OK")
+
+
+ENCODE_POLICY = """\
+pixels (read with OpenCV; each conversion is noted on stderr, one line per file):
+  kept as stored   grey, grey+alpha, RGB, RGBA; 8 or 16 bits
+  palette          expanded to RGB (RGBA with transparency): L3 stores no palette;
+                   for a label map kept as palette indices, encode the indices from
+                   Python (numpy.asarray(PIL.Image.open(path)))
+  1/2/4-bit grey   scaled to 8 bits (0/1 becomes 0/255)
+  CMYK             converted to RGB
+  grey+alpha TIFF  refused (OpenCV drops its alpha): save it as PNG first
+  EXIF orientation not applied: pixels as stored"""
+
+
+def _add_command(sub, name: str, summary: str, run, *, default_output: str | None = None, epilog=None):
+    """A subcommand over several INPUT files; with default_output, also -o/--output and -f/--force."""
+    command = sub.add_parser(
+        name, help=summary, description=summary, epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    command.add_argument("inputs", nargs="+", metavar="INPUT")
+    if default_output is not None:
+        suffix = OUTPUT_SUFFIX[name]
+        command.add_argument(
+            "-o", "--output", metavar="OUT",
+            help=f"output {suffix} file (one input) or directory, created if missing (several inputs, "
+            f"or ending in /); default: {default_output}",
+        )
+        command.add_argument(
+            "-f", "--force", action="store_true", help="replace existing output files (never an input)"
+        )
+    command.set_defaults(run=run)
+    return command
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="l3", description="L3 lossless image codec")
+    parser = argparse.ArgumentParser(
+        prog="l3", description="L3 lossless image codec",
+        epilog="exit status: 0 if every file succeeded, 1 if any failed (each reported as "
+        "'l3: PATH: reason'), 2 if the command line was refused before anything was written",
+    )
     parser.add_argument("--version", action="version", version=f"l3codec {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("encode", help="encode PNG/JPEG/... images as .l3")
-    p.add_argument("inputs", nargs="+", metavar="INPUT")
-    p.add_argument(
-        "-o", "--output", metavar="OUT",
-        help="output .l3 file (one input) or directory (default: INPUT with .l3, beside it)",
+    command = _add_command(
+        sub, "encode", "encode PNG/JPEG/TIFF/... images as .l3", _encode,
+        default_output="INPUT with .l3 beside it (a.png -> a.l3)", epilog=ENCODE_POLICY,
     )
-    p.add_argument(
+    command.add_argument(
         "--mode", choices=("compact", "fast"), default="compact",
         help="compact: smallest files (default); fast: row-parallel, faster to encode and decode",
     )
-    p.add_argument(
+    command.add_argument(
         "--tile-width", type=int, metavar="N",
         help=f"a multiple of {fmt.TILE_WIDTH_STEP} in {fmt.MIN_TILE_WIDTH}..{fmt.MAX_TILE_WIDTH}"
         f" (default {fmt.DEFAULT_TILE_WIDTH[fmt.MODE_COMPACT]} compact, {fmt.DEFAULT_TILE_WIDTH[fmt.MODE_FAST]} fast)",
     )
-    p.add_argument(
+    command.add_argument(
         "--tile-height", type=int, metavar="N",
         help=f"fast mode only: a multiple of {fmt.FAST_TILE_HEIGHT_STEP} in {fmt.FAST_MIN_TILE_HEIGHT}"
         f"..{fmt.FAST_MAX_TILE_HEIGHT} (default {fmt.DEFAULT_TILE_HEIGHT[fmt.MODE_FAST]});"
         f" compact tiles are {fmt.COMPACT_TILE_HEIGHT} rows",
     )
-    p.add_argument("-f", "--force", action="store_true", help="replace existing output files")
-    p.set_defaults(run=_encode)
 
-    p = sub.add_parser("decode", help="decode .l3 images to PNG")
-    p.add_argument("inputs", nargs="+", metavar="INPUT")
-    p.add_argument(
-        "-o", "--output", metavar="OUT",
-        help="output .png file (one input) or directory (default: INPUT with .png, beside it)",
+    command = _add_command(
+        sub, "decode", "decode .l3 images to PNG", _decode,
+        default_output="INPUT.png beside it (x.l3 -> x.l3.png, never the x.png it was likely made from); "
+        "in a directory: x.png",
     )
-    p.add_argument(
+    command.add_argument(
         "--region", type=_parse_region, metavar="Y,X,H,W", help="decode only this window"
     )
-    p.add_argument("-f", "--force", action="store_true", help="replace existing output files")
-    p.set_defaults(run=_decode)
 
-    p = sub.add_parser("info", help="print header facts")
-    p.add_argument("inputs", nargs="+", metavar="INPUT")
-    p.add_argument("--json", action="store_true", help="one JSON object per line")
-    p.set_defaults(run=_info)
-
-    p = sub.add_parser("check", help="verify that files decode cleanly (exit status 1 if not)")
-    p.add_argument("inputs", nargs="+", metavar="INPUT")
-    p.set_defaults(run=_check)
+    command = _add_command(sub, "info", "print header facts", _info)
+    command.add_argument("--json", action="store_true", help="one JSON object per line")
+    _add_command(sub, "check", "verify that files decode cleanly (exit status 1 if not)", _check)
     return parser
 
 
+def _attach_region_values(argv: list) -> list:
+    """'--region -1,0,5,5' -> '--region=-1,0,5,5': argparse takes a value starting with '-' for
+    an option and refuses it; the region check then says what is wrong with it."""
+    joined, rest = [], list(argv)
+    while rest:
+        word = rest.pop(0)
+        if word == "--":
+            return joined + [word] + rest
+        if word == "--region" and rest:
+            word = f"--region={rest.pop(0)}"
+        joined.append(word)
+    return joined
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    status = 0
-    for name in args.inputs:
+    args = _parser().parse_args(_attach_region_values(sys.argv[1:] if argv is None else argv))
+    inputs = [Path(name) for name in args.inputs]
+    targets = [None] * len(inputs)
+    if args.command in OUTPUT_SUFFIX:
         try:
-            args.run(args, Path(name))
-        except (L3Error, OSError, _Skip) as exc:
-            message = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            print(f"l3: {name}: {message}", file=sys.stderr)
-            status = 1
+            targets = _plan_outputs(args, inputs)
+        except _Refused as refused:
+            for path, reason in refused.problems:
+                print(f"l3: {path}: {reason}", file=sys.stderr)
+            print("l3: nothing was written", file=sys.stderr)
+            return 2
+    status = 0
+    for source, target in zip(inputs, targets):
+        try:
+            args.run(args, source, target)
+            continue
+        except _Failure as failure:
+            path, reason = failure.path or source, str(failure)
+        except (L3Error, sources.UnreadableSource) as error:
+            path, reason = source, str(error)
+        except OSError as error:  # reading an input (writes are _Failure): the file named, or the input
+            path, reason = error.filename or source, error.strerror or str(error)
+        print(f"l3: {path}: {reason}", file=sys.stderr)
+        status = 1
     return status
 
 

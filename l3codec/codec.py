@@ -8,6 +8,9 @@ import numpy as np
 
 from . import format as fmt
 from .format import L3Error
+from .regions import check_region, integer, raise_for_status, region_streams
+
+SUFFIX = ".l3"
 
 
 def _image_layout(array) -> tuple:
@@ -47,9 +50,9 @@ def encode(
     if mode not in fmt.MODES:
         raise L3Error(f"mode must be one of {sorted(fmt.MODES)}, not {mode!r}")
     mode_id = fmt.MODES[mode]
-    tile_width = fmt.DEFAULT_TILE_WIDTH[mode_id] if tile_width is None else _integer(tile_width, "tile_width")
+    tile_width = fmt.DEFAULT_TILE_WIDTH[mode_id] if tile_width is None else integer(tile_width, "tile_width")
     tile_height = (
-        fmt.DEFAULT_TILE_HEIGHT[mode_id] if tile_height is None else _integer(tile_height, "tile_height")
+        fmt.DEFAULT_TILE_HEIGHT[mode_id] if tile_height is None else integer(tile_height, "tile_height")
     )
     fmt.check_geometry(width, height, channels, bits, mode_id, tile_width, tile_height)
     if transform is None:
@@ -92,7 +95,8 @@ def info(data, /) -> fmt.Info:
 
 
 def check(data, /) -> bool:
-    """True if data is a valid L3 image that decodes cleanly."""
+    """True if data is a valid L3 image that decodes cleanly; TypeError if data is not a buffer."""
+    require_buffer(data)
     try:
         decode(data)
     except L3Error:
@@ -100,59 +104,44 @@ def check(data, /) -> bool:
     return True
 
 
-def _integer(value, name: str) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise L3Error(f"{name} must be an integer, not {value!r}")
-    return int(value)
-
-
-def check_region(info: fmt.Info, region) -> tuple:
-    """region as four ints (y, x, h, w) inside the image, or L3Error."""
+def require_buffer(data) -> None:
+    """TypeError unless data is bytes-like, as numpy.frombuffer and imagecodecs raise: a path or
+    None is a mistake in the call, not an L3 image that fails to decode."""
+    if isinstance(data, np.ndarray):
+        return
     try:
-        values = tuple(region)
+        memoryview(data)
     except TypeError:
-        values = ()
-    if len(values) != 4:
-        raise L3Error(f"region must be (y, x, h, w), not {region!r}")
-    y, x, h, w = (_integer(v, "region") for v in values)
-    if h < 1 or w < 1:
-        raise L3Error(f"region {values} is empty")
-    if y < 0 or x < 0 or y + h > info.height or x + w > info.width:
-        raise L3Error(f"region {values} is not inside the {info.height}x{info.width} image")
-    return y, x, h, w
+        hint = " (l3codec.imread reads a file)" if isinstance(data, (str, os.PathLike)) else ""
+        raise TypeError(
+            f"L3 data must be bytes-like (bytes, bytearray, memoryview or a numpy array), "
+            f"not {type(data).__name__}{hint}"
+        ) from None
 
 
-def region_streams(info: fmt.Info, region) -> tuple:
-    """(stream ids, tile-aligned origin, tile-aligned size) covering a checked region (y, x, h, w)."""
-    y, x, h, w = region
-    th, tw = info.tile_height, info.tile_width
-    ty0, ty1 = y // th, (y + h - 1) // th + 1
-    tx0, tx1 = x // tw, (x + w - 1) // tw + 1
-    tiles = (np.arange(ty0, ty1)[:, None] * info.tiles_x + np.arange(tx0, tx1)[None, :]).reshape(-1)
-    streams = (tiles[:, None] * info.channels + np.arange(info.channels)[None, :]).reshape(-1)
-    origin = (ty0 * th, tx0 * tw)
-    size = (min(ty1 * th, info.height) - origin[0], min(tx1 * tw, info.width) - origin[1])
-    return streams.astype(np.int64), origin, size
-
-
-def raise_for_status(status: np.ndarray, streams: np.ndarray, channels: int, prefix: str = "") -> None:
-    bad = np.flatnonzero(status)
-    if bad.size:
-        i = bad[0]
-        tile, channel = divmod(int(streams[i]), channels)
-        message = fmt.STATUS_MESSAGES.get(int(status[i]), f"status {int(status[i])}")
-        raise L3Error(f"{prefix}corrupt stream (tile {tile}, channel {channel}): {message}")
+def _check_out(out, shape: tuple, dtype: np.dtype) -> None:
+    """L3Error unless out can receive the decoded pixels as they are written."""
+    if not isinstance(out, np.ndarray):
+        raise L3Error(f"out must be a numpy array, not {type(out).__name__}")
+    if out.shape != shape or out.dtype != dtype:
+        raise L3Error(f"out must be a {dtype} array of shape {shape}, not {out.dtype} of shape {out.shape}")
+    if not out.flags.writeable:
+        raise L3Error("out must be writeable, not a read-only array")
+    if not out.flags.c_contiguous:
+        raise L3Error("out must be C-contiguous")
 
 
 def decode(data, /, *, region=None, out=None, verify: bool = True) -> np.ndarray:
     """Decode an L3 image to HWC (HW for one channel) uint8/uint16.
 
     region=(y, x, h, w) decodes only the tiles that intersect it and returns that window.
-    out receives the pixels when given (same shape and dtype as the result).
+    out receives the pixels when given: a writeable, C-contiguous numpy array of the result's
+    shape and dtype (checked before decoding). data that is not bytes-like raises TypeError.
     verify=False skips the payload checksum (headers and sizes are always checked).
     """
     from . import cpu
 
+    require_buffer(data)
     parsed = fmt.parse(data, verify=verify)
     info = parsed.info
     if region is None:
@@ -163,8 +152,8 @@ def decode(data, /, *, region=None, out=None, verify: bool = True) -> np.ndarray
     shape = (h, w) if info.channels == 1 else (h, w, info.channels)
     if out is None:
         out = np.empty(shape, info.dtype)
-    elif not isinstance(out, np.ndarray) or out.shape != shape or out.dtype != info.dtype:
-        raise L3Error(f"out must be a {info.dtype} array of shape {shape}")
+    else:
+        _check_out(out, shape, info.dtype)
     buf = fmt.as_bytes_view(data)
     planes = np.empty((info.channels, size[0], size[1]), info.dtype)
     status = np.zeros(streams.size, np.int64)
@@ -187,7 +176,14 @@ def imread(path: str | os.PathLike, /, **options) -> np.ndarray:
 
 
 def imwrite(path: str | os.PathLike, array, /, **options) -> None:
-    """Encode array and write it to path (options as for encode)."""
+    """Encode array and write it to path, which must end in .l3 (options as for encode).
+
+    Other suffixes are refused, as the l3 tool refuses them: imagecodecs.imwrite and Pillow
+    choose the format from the suffix, so "x.png" holding L3 bytes would mislead every reader.
+    encode() returns the bytes, to be stored under any name.
+    """
+    if os.path.splitext(os.fsdecode(path))[1].lower() != SUFFIX:
+        raise L3Error(f"imwrite writes L3 images: {os.fsdecode(path)!r} must end in {SUFFIX}")
     data = encode(array, **options)
     with open(path, "wb") as file:
         file.write(data)

@@ -173,11 +173,14 @@ def parse_header(data) -> tuple:
     table: enough for a reader that wants shape and mode before reading the rest.
     """
     buf = as_bytes_view(data)
+    start = buf[: len(MAGIC)].tobytes()
+    if not start:
+        raise L3Error("not an L3 image: 0 bytes")
+    if not MAGIC.startswith(start):  # the magic first: a short text file is not "truncated"
+        raise L3Error(f"not an L3 image: magic {start!r}")
     if buf.size < HEADER_SIZE:
         raise L3Error(f"truncated: {buf.size} bytes is shorter than the {HEADER_SIZE}-byte header")
     header = buf[:HEADER_SIZE].view(HEADER_DTYPE)[0]
-    if header["magic"] != MAGIC:
-        raise L3Error(f"not an L3 image: magic {buf[:4].tobytes()!r}")  # (an S4 field drops trailing NULs)
     if header["version"] != VERSION:
         raise L3Error(f"unsupported L3 version {header['version']} (this decoder reads {VERSION})")
     if header["header_size"] != HEADER_SIZE:

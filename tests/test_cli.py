@@ -67,21 +67,26 @@ def test_existing_outputs_are_kept_unless_forced(tmp_path, capsys):
     png = tmp_path / "photo.png"
     write_png(png, image)
     assert main(["encode", str(png)]) == 0
-    source_bytes = png.read_bytes()
-    # decoding photo.l3 next to its source would replace photo.png
-    assert main(["decode", str(tmp_path / "photo.l3")]) == 1
-    assert "exists (--force replaces it)" in capsys.readouterr().err
-    assert png.read_bytes() == source_bytes
-    assert main(["decode", str(tmp_path / "photo.l3"), "--force"]) == 0
-    np.testing.assert_array_equal(read_png(png), image)
     assert main(["encode", str(png)]) == 1
+    assert f"l3: {tmp_path / 'photo.l3'}: exists (--force replaces it)" in capsys.readouterr().err
     assert main(["encode", str(png), "-f"]) == 0
+    source_bytes = png.read_bytes()
+    # decoding beside the input never writes photo.png, the source photo.l3 was made from, even with -f
+    for force in ([], ["-f"], ["-f"]):
+        assert main(["decode", str(tmp_path / "photo.l3"), *force]) == 0
+        assert png.read_bytes() == source_bytes
+        np.testing.assert_array_equal(read_png(tmp_path / "photo.l3.png"), image)
+    assert main(["decode", str(tmp_path / "photo.l3")]) == 1
+    assert "photo.l3.png: exists (--force replaces it)" in capsys.readouterr().err
+    # into a directory, x.l3 gives x.png
+    assert main(["decode", str(tmp_path / "photo.l3"), "-o", str(tmp_path / "restored") + "/"]) == 0
+    np.testing.assert_array_equal(read_png(tmp_path / "restored" / "photo.png"), image)
 
 
 def test_decode_writes_png_only(tmp_path, capsys):
     l3codec.imwrite(tmp_path / "x.l3", make_image("noise", H, W, 3, np.uint8))
-    assert main(["decode", str(tmp_path / "x.l3"), "-o", str(tmp_path / "x.jpg")]) == 1
-    assert "must end in .png" in capsys.readouterr().err
+    assert main(["decode", str(tmp_path / "x.l3"), "-o", str(tmp_path / "x.jpg")]) == 2
+    assert f"l3: {tmp_path / 'x.jpg'}: decode writes .png files: the output must end in .png" in capsys.readouterr().err
     assert not (tmp_path / "x.jpg").exists()
 
 
@@ -89,14 +94,14 @@ def test_decode_grey_alpha(tmp_path):
     image = make_image("labels", H, W, 2, np.uint8)
     l3codec.imwrite(tmp_path / "la.l3", image)
     assert main(["decode", str(tmp_path / "la.l3")]) == 0
-    with Image.open(tmp_path / "la.png") as png:
+    with Image.open(tmp_path / "la.l3.png") as png:
         assert png.mode == "LA"
         np.testing.assert_array_equal(np.asarray(png), image)
 
     deep = make_image("noise", H, W, 2, np.uint16)
     l3codec.imwrite(tmp_path / "la16.l3", deep)
     assert main(["decode", str(tmp_path / "la16.l3")]) == 0
-    bgra = cv2.imread(str(tmp_path / "la16.png"), cv2.IMREAD_UNCHANGED)  # OpenCV expands to BGRA
+    bgra = cv2.imread(str(tmp_path / "la16.l3.png"), cv2.IMREAD_UNCHANGED)  # OpenCV expands to BGRA
     assert bgra.dtype == np.uint16
     np.testing.assert_array_equal(bgra[:, :, 0], deep[:, :, 0])
     np.testing.assert_array_equal(bgra[:, :, 3], deep[:, :, 1])
@@ -114,7 +119,10 @@ def test_region_outside_is_reported(tmp_path, capsys):
     l3codec.imwrite(tmp_path / "x.l3", make_image("noise", H, W, 1, np.uint8))
     assert main(["decode", str(tmp_path / "x.l3"), "--region", "30,0,10,10"]) == 1
     assert "is not inside" in capsys.readouterr().err
-    assert not (tmp_path / "x.png").exists()
+    assert not (tmp_path / "x.l3.png").exists()
+    # a region starting with "-" is a value, not an option: the region check explains it
+    assert main(["decode", str(tmp_path / "x.l3"), "--region", "-1,0,5,5"]) == 1
+    assert "region (-1, 0, 5, 5) is not inside the 37x53 image" in capsys.readouterr().err
     with pytest.raises(SystemExit):  # argparse rejects a malformed region
         main(["decode", str(tmp_path / "x.l3"), "--region", "1,2,3"])
 
@@ -188,5 +196,131 @@ def test_python_dash_m(tmp_path):
     )
     assert result.returncode == 1
     assert f"shape ({H}, {W})" in result.stdout
-    expected = f"l3: {tmp_path / 'bad.l3'}: truncated: 4 bytes is shorter than the 44-byte header"
+    expected = f"l3: {tmp_path / 'bad.l3'}: not an L3 image: magic b'nope'"
     assert result.stderr.strip() == expected
+
+
+def test_empty_and_unreadable_inputs_are_reported_and_the_others_encoded(tmp_path, capsys):
+    image = make_image("smooth_noise", H, W, 3, np.uint8)
+    rgb, empty, folder = tmp_path / "rgb.png", tmp_path / "empty.png", tmp_path / "folder.png"
+    write_png(rgb, image)
+    empty.write_bytes(b"")
+    folder.mkdir()
+    out = tmp_path / "out"
+    assert main(["encode", str(empty), str(folder), str(rgb), "-o", str(out)]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == f"l3: {empty}: empty file (0 bytes)"
+    assert err[1] == f"l3: {folder}: Is a directory"
+    assert len(err) == 2
+    np.testing.assert_array_equal(l3codec.imread(out / "rgb.l3"), image)
+    assert sorted(p.name for p in out.iterdir()) == ["rgb.l3"]
+
+    (out / "empty.l3").write_bytes(b"")
+    (out / "text.l3").write_bytes(b"a 28-byte text file, not L3\n")
+    assert main(["decode", str(out / "empty.l3"), str(out / "text.l3"), str(out / "rgb.l3")]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        f"l3: {out / 'empty.l3'}: not an L3 image: 0 bytes",
+        f"l3: {out / 'text.l3'}: not an L3 image: magic b'a 28'",
+    ]
+    np.testing.assert_array_equal(read_png(out / "rgb.l3.png"), image)
+
+
+def test_inputs_sharing_an_output_refuse_the_command_before_anything_is_written(tmp_path, capsys):
+    image = make_image("labels", H, W, 3, np.uint8)
+    bgr = np.ascontiguousarray(image[:, :, ::-1])
+    names = ["a.tif", "a.webp", "a.bmp", "a.gif"]
+    for name in names[:3]:
+        assert cv2.imwrite(str(tmp_path / name), bgr, [cv2.IMWRITE_WEBP_QUALITY, 101] if name.endswith("webp") else [])
+    Image.fromarray(image).convert("P").save(tmp_path / "a.gif")
+    out = tmp_path / "out"
+    assert main(["encode", "-f", *(str(tmp_path / n) for n in names), "-o", str(out)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        f"l3: {tmp_path / name}: its output {out / 'a.l3'} is also the output of {tmp_path / 'a.tif'}"
+        for name in names[1:]
+    ] + ["l3: nothing was written"]
+    assert not out.exists()
+    # beside the inputs, and the same input twice
+    assert main(["encode", str(tmp_path / "a.tif"), str(tmp_path / "a.bmp")]) == 2
+    assert main(["encode", str(tmp_path / "a.tif"), str(tmp_path / "a.tif"), "-o", str(out)]) == 2
+    assert not (tmp_path / "a.l3").exists() and not out.exists()
+    capsys.readouterr()
+    # an output that is one of the inputs
+    l3codec.imwrite(tmp_path / "x.l3", image)
+    assert main(["encode", "-f", str(tmp_path / "x.l3")]) == 2
+    assert f"l3: {tmp_path / 'x.l3'}: its output {tmp_path / 'x.l3'} is one of the inputs" in capsys.readouterr().err
+    np.testing.assert_array_equal(l3codec.imread(tmp_path / "x.l3"), image)
+
+
+def test_an_output_that_cannot_be_written_is_named_with_the_reason(tmp_path, capsys):
+    image = make_image("gradient", H, W, 3, np.uint8)
+    png = tmp_path / "rgb.png"
+    write_png(png, image)
+    target = tmp_path / "nonexistent" / "dir" / "x.l3"
+    assert main(["encode", str(png), "-o", str(target)]) == 1
+    assert capsys.readouterr().err == f"l3: {target}: cannot write: No such file or directory\n"
+    l3codec.imwrite(tmp_path / "x.l3", image)
+    target = tmp_path / "nonexistent" / "x.png"
+    for force in ([], ["-f"]):
+        assert main(["decode", str(tmp_path / "x.l3"), "-o", str(target), *force]) == 1
+        assert capsys.readouterr().err == f"l3: {target}: cannot write: No such file or directory\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rgb.png", "x.l3"]
+
+
+def test_output_for_several_inputs_must_be_a_directory(tmp_path, capsys):
+    pngs = [tmp_path / "a.png", tmp_path / "b.png"]
+    for seed, png in enumerate(pngs):
+        write_png(png, make_image("noise", H, W, 1, np.uint8, seed))
+    both = tmp_path / "both.l3"
+    assert main(["encode", *map(str, pngs), "-o", str(both)]) == 2
+    assert f"l3: {both}: -o names a directory for 2 inputs, and this looks like a .l3 file" in capsys.readouterr().err
+    assert not both.exists()
+    both.write_bytes(b"a file")
+    assert main(["encode", *map(str, pngs), "-o", str(both)]) == 2
+    assert f"l3: {both}: is not a directory" in capsys.readouterr().err
+    assert main(["encode", *map(str, pngs), "-o", str(tmp_path / "dir.l3") + "/"]) == 0  # asked for explicitly
+    assert sorted(p.name for p in (tmp_path / "dir.l3").iterdir()) == ["a.l3", "b.l3"]
+
+
+def test_conversions_follow_the_policy_and_are_noted(tmp_path, capsys):
+    grey = make_image("smooth_noise", H, W, 1, np.uint8)
+    grey_alpha = make_image("smooth_noise", H, W, 2, np.uint8)
+    palette = Image.fromarray(make_image("labels", H, W, 3, np.uint8)).convert("P")
+    bilevel = Image.fromarray(grey > 127)
+    cmyk = Image.fromarray(make_image("smooth_noise", H, W, 3, np.uint8)).convert("CMYK")
+    sources = {
+        "p.png": (palette, "palette expanded to RGB (L3 stores no palette)", np.asarray(palette.convert("RGB"))),
+        "la.png": (Image.fromarray(grey_alpha, "LA"), None, grey_alpha),
+        "bits.png": (bilevel, "1-bit grey scaled to 8-bit (0..255)", np.asarray(bilevel.convert("L"))),
+        "cmyk_tif.tif": (cmyk, "CMYK converted to RGB", None),
+        "cmyk.jpg": (cmyk, "CMYK converted to RGB", None),
+        "p_gif.gif": (palette, "palette expanded to RGB (L3 stores no palette)", np.asarray(palette.convert("RGB"))),
+    }
+    for name, (image, _, _) in sources.items():
+        image.save(tmp_path / name)
+    out = tmp_path / "out"
+    assert main(["encode", *(str(tmp_path / n) for n in sources), "-o", str(out)]) == 0
+    notes = capsys.readouterr().err.splitlines()
+    expected = [f"l3: {tmp_path / n}: note: {note}" for n, (_, note, _) in sources.items() if note]
+    assert notes == expected
+    for name, (image, _, pixels) in sources.items():
+        decoded = l3codec.imread(out / Path(name).with_suffix(".l3").name)
+        if pixels is not None:
+            np.testing.assert_array_equal(decoded, pixels)
+        else:  # CMYK: OpenCV's conversion, three channels, no alpha added
+            assert decoded.shape == (H, W, 3)
+
+
+def test_grey_alpha_tiff_is_refused_rather_than_losing_its_alpha(tmp_path, capsys):
+    Image.fromarray(make_image("noise", H, W, 2, np.uint8), "LA").save(tmp_path / "la.tif")
+    assert main(["encode", str(tmp_path / "la.tif")]) == 1
+    assert "OpenCV drops the alpha channel" in capsys.readouterr().err
+    assert not (tmp_path / "la.l3").exists()
+
+
+def test_encode_help_states_the_pixel_policy(capsys):
+    with pytest.raises(SystemExit):
+        main(["encode", "--help"])
+    out = capsys.readouterr().out
+    assert "expanded to RGB" in out and "CMYK" in out and "grey+alpha" in out
