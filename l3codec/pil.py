@@ -16,18 +16,23 @@ Opening reads only the header; pixels are decoded (and checksums verified) on
 opening one raises :class:`l3codec.L3Error` right away; read those with
 :func:`l3codec.imread` instead.
 
-Saving converts only when the conversion is exact: "1" is written as "L" (0/255),
-"P" as "RGB" ("RGBA" when it has transparency), "PA" as "RGBA", "I;16L"/"I;16B" as
-"I;16", and "I" as "I;16" when all values fit in 0..65535. Any other mode ("CMYK",
-"YCbCr", "F", ...) raises ``OSError``: convert it yourself first.
+Saving follows the pixel policy of the ``l3`` tool (l3codec/sources.py), and warns
+(``UserWarning``) whenever it converts: "P" is stored expanded to "RGB" ("RGBA" when it
+has transparency) and "PA" to "RGBA", since L3 stores no palette; "1" is stored as "L"
+(0/255); "CMYK" is converted to "RGB". "I;16L"/"I;16B" are stored as "I;16", and "I" as
+"I;16" when all values fit in 0..65535 (the values unchanged, so without a warning).
+Any other mode ("YCbCr", "F", ...) raises ``OSError``: convert it yourself first.
 """
 
 from __future__ import annotations
+
+import warnings
 
 import numpy as np
 from PIL import Image, ImageFile
 
 from . import format as fmt
+from . import sources
 from .codec import decode, encode
 from .format import L3Error
 
@@ -79,23 +84,29 @@ class L3Decoder(ImageFile.PyDecoder):
 
 
 def _as_array(im: Image.Image) -> np.ndarray:
-    """The pixels of im as an array l3codec can encode, converting only when exact."""
+    """The pixels of im as an array l3codec can encode, converted under the l3 tool's policy."""
     mode = im.mode
+    if mode in ("P", "PA"):
+        target = "RGBA" if mode == "PA" or "transparency" in im.info else "RGB"
+        return _converted(im, target, sources.PALETTE_NOTE.format(layout=target))
     if mode == "1":
-        im = im.convert("L")
-    elif mode == "P":
-        im = im.convert("RGBA" if "transparency" in im.info else "RGB")
-    elif mode == "PA":
-        im = im.convert("RGBA")
-    elif mode in ("I;16L", "I;16B", "I"):
+        return _converted(im, "L", sources.LOW_BITS_NOTE.format(bits=1))
+    if mode == "CMYK":
+        return _converted(im, "RGB", sources.CMYK_NOTE)
+    if mode in ("I;16L", "I;16B", "I"):
         pixels = np.asarray(im)
         if mode == "I" and pixels.size and (pixels.min() < 0 or pixels.max() > 0xFFFF):
             raise OSError("cannot write mode I as L3: values outside 0..65535")
         return pixels.astype(np.uint16)
-    elif mode not in _MODES.values():
+    if mode not in _MODES.values():
         supported = ", ".join(_MODES.values())
         raise OSError(f"cannot write mode {mode} as L3; convert it to one of {supported} first")
     return np.asarray(im)
+
+
+def _converted(im: Image.Image, mode: str, note: str) -> np.ndarray:
+    warnings.warn(f"L3 plugin, saving a {im.mode} image: {note}", UserWarning, stacklevel=5)  # the caller of save
+    return np.asarray(im.convert(mode))
 
 
 def _save(im: Image.Image, fp, filename) -> None:

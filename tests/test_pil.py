@@ -1,6 +1,7 @@
 """The Pillow plugin: Image.open / Image.save of .l3 files."""
 
 import io
+import warnings
 
 import numpy as np
 import pytest
@@ -107,27 +108,37 @@ def test_sixteen_bit_colour_has_no_pillow_mode():
         Image.open(io.BytesIO(data))
 
 
-def test_save_converts_exactly():
+def test_save_converts_under_the_tools_policy_and_warns():
     palette = Image.fromarray(make_image("labels", H, W, 1, np.uint8) % 4).convert("P")
     palette.putpalette([0, 0, 0, 255, 0, 0, 0, 255, 0, 0, 0, 255])
+    transparent = palette.copy()
+    transparent.info["transparency"] = 0
     bilevel = Image.fromarray(make_image("noise", H, W, 1, np.uint8) > 127)
+    cmyk = Image.fromarray(make_image("smooth_noise", H, W, 3, np.uint8)).convert("CMYK")
     wide = Image.fromarray(make_image("noise", H, W, 1, np.uint16).astype(np.int32))
-    assert (palette.mode, bilevel.mode, wide.mode) == ("P", "1", "I")
-    for image, expected in [
-        (palette, palette.convert("RGB")),
-        (bilevel, bilevel.convert("L")),
-        (wide, wide.convert("I;16")),
+    assert (palette.mode, bilevel.mode, cmyk.mode, wide.mode) == ("P", "1", "CMYK", "I")
+    for image, expected, warning in [
+        (palette, palette.convert("RGB"), "a P image: palette expanded to RGB (L3 stores no palette)"),
+        (transparent, transparent.convert("RGBA"), "a P image: palette expanded to RGBA (L3 stores no palette)"),
+        (bilevel, bilevel.convert("L"), "a 1 image: 1-bit grey scaled to 8-bit (0..255)"),
+        (cmyk, cmyk.convert("RGB"), "a CMYK image: CMYK converted to RGB"),
+        (wide, wide.convert("I;16"), None),
     ]:
         buffer = io.BytesIO()
-        image.save(buffer, format="L3")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            image.save(buffer, format="L3")
+        assert [str(w.message) for w in caught] == ([f"L3 plugin, saving {warning}"] if warning else [])
+        if warning:
+            assert caught[0].filename == __file__  # points at the caller's save()
         buffer.seek(0)
         loaded = Image.open(buffer)
         assert loaded.mode == expected.mode
         np.testing.assert_array_equal(np.asarray(loaded), np.asarray(expected))
 
 
-def test_save_refuses_lossy_modes():
-    for image in (Image.new("CMYK", (W, H)), Image.new("F", (W, H)), Image.new("I", (W, H), 70000)):
+def test_save_refuses_modes_outside_the_policy():
+    for image in (Image.new("YCbCr", (W, H)), Image.new("F", (W, H)), Image.new("I", (W, H), 70000)):
         with pytest.raises(OSError, match="cannot write mode"):
             image.save(io.BytesIO(), format="L3")
 

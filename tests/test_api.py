@@ -1,0 +1,83 @@
+"""The public verbs' argument checks: out=, non-buffer data, what a non-L3 file is called, imwrite's suffix."""
+
+import numpy as np
+import pytest
+
+import l3codec
+from images import make_image
+
+H, W = 21, 35
+
+
+@pytest.fixture(scope="module")
+def image_and_data():
+    image = make_image("gradient", H, W, 3, np.uint16)
+    return image, l3codec.encode(image)
+
+
+def test_out_is_validated_before_decoding(image_and_data):
+    image, data = image_and_data
+    read_only = np.zeros_like(image)
+    read_only.flags.writeable = False
+    strided = np.zeros((H, W * 2, 3), np.uint16)[:, ::2]
+    cases = [
+        (read_only, "writeable"),
+        (strided, "C-contiguous"),
+        (np.zeros((H, W, 3), np.uint8), "uint16 array of shape"),
+        (np.zeros((H, W), np.uint16), "uint16 array of shape"),
+        (np.zeros((H, W, 3), ">u2"), "uint16 array of shape"),
+        ([[0] * W] * H, "numpy array, not list"),
+    ]
+    for out, message in cases:
+        with pytest.raises(l3codec.L3Error, match=message):
+            l3codec.decode(data, out=out)
+    assert not read_only.any() and not strided.any()
+    out = np.zeros_like(image)
+    assert l3codec.decode(data, out=out) is out
+    np.testing.assert_array_equal(out, image)
+
+
+@pytest.mark.parametrize("data", ["x.l3", None, 5, [1, 2, 3]])
+def test_non_buffers_raise_type_error(data):
+    with pytest.raises(TypeError, match="bytes-like"):
+        l3codec.check(data)
+    with pytest.raises(TypeError, match="bytes-like"):
+        l3codec.decode(data)
+
+
+def test_a_path_points_to_imread():
+    with pytest.raises(TypeError, match="imread"):
+        l3codec.check("x.l3")
+
+
+def test_check_is_false_for_bad_data_of_any_buffer_type(image_and_data):
+    _, data = image_and_data
+    assert l3codec.check(data) and l3codec.check(bytearray(data)) and l3codec.check(np.frombuffer(data, np.uint8))
+    assert not l3codec.check(memoryview(data)[:-1])
+    assert not l3codec.check(b"")
+
+
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        (b"a 28-byte text file, not L3\n", r"not an L3 image: magic b'a 28'"),
+        (b"", "not an L3 image: 0 bytes"),
+        (b"\x89PNG", r"not an L3 image: magic b'\\x89PNG'"),
+        (b"L3", "truncated: 2 bytes is shorter than the 44-byte header"),
+        (b"L3IM" + bytes(20), "truncated: 24 bytes is shorter than the 44-byte header"),
+    ],
+)
+def test_magic_is_checked_before_the_size(data, message):
+    with pytest.raises(l3codec.L3Error, match=message):
+        l3codec.info(data)
+
+
+def test_imwrite_refuses_another_format_suffix(tmp_path):
+    image = make_image("noise", 8, 8, 1, np.uint8)
+    for name in ("x.png", "x", "x.l3.tmp"):
+        with pytest.raises(l3codec.L3Error, match=r"must end in \.l3"):
+            l3codec.imwrite(tmp_path / name, image)
+    assert not list(tmp_path.iterdir())
+    l3codec.imwrite(tmp_path / "x.L3", image)
+    l3codec.imwrite(str(tmp_path / "y.l3"), image)
+    np.testing.assert_array_equal(l3codec.imread(tmp_path / "x.L3"), image)
