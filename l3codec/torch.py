@@ -1,13 +1,14 @@
 """PyTorch interop: decode L3 images straight to CHW tensors, like ``torchvision.io.decode_jpeg``.
 
-    images = l3codec.torch.decode([data0, data1], device="cuda")   # list of CHW tensors
-    batch = l3codec.torch.decode([data0, data1], device="cuda")    # NCHW when shapes agree
+    image = l3codec.torch.decode(data)                                     # CHW, on the CPU
+    images = l3codec.torch.decode([data0, data1], device="cuda")            # list of CHW tensors
+    batch = l3codec.torch.decode([data0, data1], device="cuda", stack=True)  # one NCHW tensor
 
-On CUDA the batch decodes in one launch per mode on torch's current
-stream, straight into memory that torch allocated: the CuPy backend sees it through
-DLPack, the Numba one through the CUDA array interface, and nothing is copied. On the
-CPU the Numba decoder writes into the tensors' memory. The core package never imports
-this module: torch stays optional.
+Items are bytes-like or uint8 tensors (``torchvision.io.read_file``'s result). On CUDA the
+batch decodes in one launch per mode on torch's current stream, straight into memory that
+torch allocated: the CuPy backend sees it through DLPack, the Numba one through the CUDA
+array interface, and nothing is copied. On the CPU the Numba decoder writes into the
+tensors' memory. The core package never imports this module: torch stays optional.
 """
 
 from __future__ import annotations
@@ -23,15 +24,19 @@ _TORCH_DTYPES = {np.dtype(np.uint8): torch.uint8, np.dtype(np.uint16): torch.uin
 
 
 def decode(
-    items, /, *, device="cuda", regions=None, backend: str = "cupy", verify: bool = True,
+    items, /, *, device="cpu", regions=None, stack: bool = False, backend: str = "cupy", verify: bool = True,
     max_pixels: int = MAX_PIXELS,
 ):
-    """Decode one item or a list into CHW uint8/uint16 tensors on device ("cuda", "cuda:1" or "cpu").
+    """Decode one item or a list into CHW uint8/uint16 tensors on device: "cpu" (the default, as
+    in torchvision.io.decode_jpeg), "cuda" or "cuda:1".
 
-    A list whose results share shape and dtype comes back as one NCHW tensor, decoded
-    straight into it; otherwise a list of CHW tensors. regions as for gpu.decode_batch.
-    Every item is validated (headers, tables, checksums, max_pixels for the whole batch)
-    before anything is allocated on the device or decoded; a bad item raises L3Error naming it.
+    An item is bytes-like or a uint8 tensor on any device (read_file's 1-D tensor; a CUDA one is
+    copied back, on torch's current stream, for validation). One item gives a CHW tensor; a list
+    gives a list of CHW tensors, whatever their shapes, or with stack=True one NCHW tensor decoded
+    straight into place (L3Error unless every result has the same shape and dtype).
+    regions as for gpu.decode_batch. Every item is validated (headers, tables, checksums,
+    max_pixels for the whole batch) before anything is allocated on the device or decoded;
+    a bad item raises L3Error naming it, an item that is not a buffer TypeError.
     """
     device = torch.device(device)
     if device.type not in ("cuda", "cpu"):
@@ -43,8 +48,11 @@ def decode(
     single = not isinstance(items, (list, tuple))
     item_list = [items] if single else list(items)
     region_list = [regions] if single else (list(regions) if regions is not None else [None] * len(item_list))
-    host_items = [gpu.host_bytes(item) for item in item_list]  # device items are validated on the host
+    host_items = [_host_bytes(index, item) for index, item in enumerate(item_list)]
     prepared = batching.prepare(host_items, region_list, verify=verify, max_pixels=max_pixels)
+    if stack and not prepared.same_shape:
+        shapes = sorted({f"{shape} {dtype}" for shape, dtype in zip(prepared.shapes, prepared.dtypes)})
+        raise L3Error(f"stack=True needs results of one shape and dtype, not {', '.join(shapes)}")
     flat = torch.empty(max(prepared.out_size, 1), dtype=torch.uint8, device=device)
     images = batching.split_output(prepared, flat, _TORCH_DTYPES.__getitem__)  # HWC (HW) views of flat
     if device.type == "cpu":
@@ -55,13 +63,27 @@ def decode(
                 raise L3Error(f"batch item {index}: {error}") from None
     else:
         _decode_on_cuda(prepared, flat, device, backend)
-    if single:
-        return _chw(images[0])
-    if prepared.same_shape:
+    if stack:
         # same-shape items lie back to back: the whole buffer is one (N, H, W[, C]) tensor
         stacked = flat[: prepared.out_size].view(_TORCH_DTYPES[prepared.dtypes[0]])
         return _chw(stacked.reshape(len(item_list), *prepared.shapes[0]), batched=True)
+    if single:
+        return _chw(images[0])
     return [_chw(image) for image in images]
+
+
+def _host_bytes(index: int, item):
+    """An item's compressed bytes on the host, where they are validated."""
+    if isinstance(item, torch.Tensor):
+        if item.dtype != torch.uint8:
+            raise TypeError(f"batch item {index}: a tensor item must hold uint8 bytes, not {item.dtype}")
+        return item.detach().reshape(-1).cpu().numpy()  # a CUDA tensor: copied in torch's stream order
+    item = gpu.host_bytes(item)
+    try:
+        codec.require_buffer(item)
+    except TypeError as error:
+        raise TypeError(f"batch item {index}: {error}") from None
+    return item
 
 
 def _chw(array: torch.Tensor, batched: bool = False) -> torch.Tensor:
