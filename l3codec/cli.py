@@ -118,7 +118,10 @@ def _plan_outputs(args, sources: list) -> list:
         targets = [Path(out)]
     problems = []
     if targets[0].suffix.lower() != suffix:
-        problems.append((targets[0], f"{args.command} writes {suffix} files: the output must end in {suffix}"))
+        problems.append((
+            targets[0], f"{args.command} writes {suffix} files: the output must end in {suffix} "
+            "(or in / to name a directory)",
+        ))
     inputs = {_same_file_key(source) for source in sources}
     first_source = {}
     for source, target in zip(sources, targets):
