@@ -94,26 +94,26 @@ def _output_name(source: Path, command: str, into_directory: bool) -> str:
     return source.with_suffix(OUTPUT_SUFFIX[command]).name
 
 
-def _plan_outputs(args, sources: list) -> list:
+def _plan_outputs(args, inputs: list) -> list:
     """The output path of every input, checked together before anything is written: a wrong
     suffix, -o naming a file for several inputs, or two inputs (or an input and an output)
     sharing a path refuse the whole command. Creates the output directory last."""
     suffix = OUTPUT_SUFFIX[args.command]
     out = args.output
     names_directory = out is not None and out.endswith(("/", os.sep))
-    into_directory = out is not None and (len(sources) > 1 or names_directory or Path(out).is_dir())
+    into_directory = out is not None and (len(inputs) > 1 or names_directory or Path(out).is_dir())
     if into_directory:
         directory = Path(out)
         if directory.exists() and not directory.is_dir():
-            raise _Refused([(out, f"is not a directory (-o names a directory for {len(sources)} inputs)")])
+            raise _Refused([(out, f"is not a directory (-o names a directory for {len(inputs)} inputs)")])
         if not directory.exists() and not names_directory and directory.suffix.lower() == suffix:
             raise _Refused([(
-                out, f"-o names a directory for {len(sources)} inputs, and this looks like a {suffix} file "
+                out, f"-o names a directory for {len(inputs)} inputs, and this looks like a {suffix} file "
                 f"(write {out}/ to create a directory of that name)",
             )])
-        targets = [directory / _output_name(source, args.command, True) for source in sources]
+        targets = [directory / _output_name(source, args.command, True) for source in inputs]
     elif out is None:
-        targets = [source.with_name(_output_name(source, args.command, False)) for source in sources]
+        targets = [source.with_name(_output_name(source, args.command, False)) for source in inputs]
     else:
         targets = [Path(out)]
     problems = []
@@ -122,11 +122,11 @@ def _plan_outputs(args, sources: list) -> list:
             targets[0], f"{args.command} writes {suffix} files: the output must end in {suffix} "
             "(or in / to name a directory)",
         ))
-    inputs = {_same_file_key(source) for source in sources}
+    input_keys = {_same_file_key(source) for source in inputs}
     first_source = {}
-    for source, target in zip(sources, targets):
+    for source, target in zip(inputs, targets):
         key = _same_file_key(target)
-        if key in inputs:
+        if key in input_keys:
             problems.append((source, f"its output {target} is one of the inputs"))
         elif key in first_source:
             problems.append((source, f"its output {target} is also the output of {first_source[key]}"))

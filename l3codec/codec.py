@@ -91,6 +91,7 @@ def encode(
 
 def info(data, /) -> fmt.Info:
     """Validated header facts (shape, dtype, mode, tiles) without decoding; checks header CRC only."""
+    require_buffer(data)
     return fmt.parse(data, verify=False).info
 
 
@@ -104,16 +105,21 @@ def check(data, /) -> bool:
     return True
 
 
+class NotABufferError(L3Error, TypeError):
+    """data is not bytes-like at all: a TypeError, as numpy.frombuffer and imagecodecs raise,
+    and an L3Error, as every other bad input to the verbs."""
+
+
 def require_buffer(data) -> None:
-    """TypeError unless data is bytes-like, as numpy.frombuffer and imagecodecs raise: a path or
-    None is a mistake in the call, not an L3 image that fails to decode."""
+    """NotABufferError unless data is bytes-like: a path or None is a mistake in the call, not an
+    L3 image that fails to decode (check() raises it rather than return False)."""
     if isinstance(data, np.ndarray):
         return
     try:
         memoryview(data)
     except TypeError:
         hint = " (l3codec.imread reads a file)" if isinstance(data, (str, os.PathLike)) else ""
-        raise TypeError(
+        raise NotABufferError(
             f"L3 data must be bytes-like (bytes, bytearray, memoryview or a numpy array), "
             f"not {type(data).__name__}{hint}"
         ) from None

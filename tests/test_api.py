@@ -39,10 +39,9 @@ def test_out_is_validated_before_decoding(image_and_data):
 
 @pytest.mark.parametrize("data", ["x.l3", None, 5, [1, 2, 3]])
 def test_non_buffers_raise_type_error(data):
-    with pytest.raises(TypeError, match="bytes-like"):
-        l3codec.check(data)
-    with pytest.raises(TypeError, match="bytes-like"):
-        l3codec.decode(data)
+    for verb in (l3codec.check, l3codec.decode, l3codec.info):
+        with pytest.raises(TypeError, match="bytes-like"):
+            verb(data)
 
 
 def test_a_path_points_to_imread():
@@ -81,3 +80,8 @@ def test_imwrite_refuses_another_format_suffix(tmp_path):
     l3codec.imwrite(tmp_path / "x.L3", image)
     l3codec.imwrite(str(tmp_path / "y.l3"), image)
     np.testing.assert_array_equal(l3codec.imread(tmp_path / "x.L3"), image)
+
+
+def test_a_non_buffer_is_also_an_l3error():
+    with pytest.raises(l3codec.L3Error):
+        l3codec.decode(None)
