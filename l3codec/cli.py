@@ -138,7 +138,8 @@ def _plan_outputs(args, inputs: list) -> list:
         try:
             directory.mkdir(parents=True, exist_ok=True)
         except OSError as error:
-            raise _Refused([(out, f"cannot create the output directory: {error.strerror or error}")]) from None
+            reason = f"cannot create the output directory: {error.strerror or error}"
+            raise _Refused([(out, reason)]) from None
     return targets
 
 
@@ -212,7 +213,8 @@ def _info(args, source: Path, _target=None) -> None:
         print(json.dumps(record))
         return
     print(
-        f"{source}: width {facts.width}, height {facts.height}, {facts.channels} channel(s), {facts.bits}-bit, "
+        f"{source}: width {facts.width}, height {facts.height}, {facts.channels} channel(s), "
+        f"{facts.bits}-bit, "
         f"shape {facts.shape}, mode {facts.mode}, transform {facts.transform}, "
         f"{facts.tiles_x}x{facts.tiles_y} tiles of {facts.tile_width}x{facts.tile_height}, "
         f"{facts.file_size} bytes, version {facts.version}"
@@ -292,7 +294,8 @@ def _parser() -> argparse.ArgumentParser:
         "in a directory: x.png",
     )
     command.add_argument(
-        "--region", type=_parse_region, metavar="Y,X,H,W", help="decode only this window"
+        "--region", type=_parse_region, metavar="Y,X,H,W",
+        help="decode only this window: top row, left column, height, width"
     )
 
     command = _add_command(sub, "info", "print header facts", _info)

@@ -105,7 +105,8 @@ def _as_array(im: Image.Image) -> np.ndarray:
 
 
 def _converted(im: Image.Image, mode: str, note: str) -> np.ndarray:
-    warnings.warn(f"L3 plugin, saving a {im.mode} image: {note}", UserWarning, stacklevel=5)  # the caller of save
+    # stacklevel 5: the caller of Image.save, through Pillow's save, _save and _as_array
+    warnings.warn(f"L3 plugin, saving a {im.mode} image: {note}", UserWarning, stacklevel=5)
     return np.asarray(im.convert(mode))
 
 

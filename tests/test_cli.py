@@ -232,7 +232,8 @@ def test_inputs_sharing_an_output_refuse_the_command_before_anything_is_written(
     bgr = np.ascontiguousarray(image[:, :, ::-1])
     names = ["a.tif", "a.webp", "a.bmp", "a.gif"]
     for name in names[:3]:
-        assert cv2.imwrite(str(tmp_path / name), bgr, [cv2.IMWRITE_WEBP_QUALITY, 101] if name.endswith("webp") else [])
+        lossless = [cv2.IMWRITE_WEBP_QUALITY, 101] if name.endswith("webp") else []
+        assert cv2.imwrite(str(tmp_path / name), bgr, lossless)
     Image.fromarray(image).convert("P").save(tmp_path / "a.gif")
     out = tmp_path / "out"
     assert main(["encode", "-f", *(str(tmp_path / n) for n in names), "-o", str(out)]) == 2
@@ -250,7 +251,8 @@ def test_inputs_sharing_an_output_refuse_the_command_before_anything_is_written(
     # an output that is one of the inputs
     l3codec.imwrite(tmp_path / "x.l3", image)
     assert main(["encode", "-f", str(tmp_path / "x.l3")]) == 2
-    assert f"l3: {tmp_path / 'x.l3'}: its output {tmp_path / 'x.l3'} is one of the inputs" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"l3: {tmp_path / 'x.l3'}: its output {tmp_path / 'x.l3'} is one of the inputs" in err
     np.testing.assert_array_equal(l3codec.imread(tmp_path / "x.l3"), image)
 
 
@@ -275,12 +277,13 @@ def test_output_for_several_inputs_must_be_a_directory(tmp_path, capsys):
         write_png(png, make_image("noise", H, W, 1, np.uint8, seed))
     both = tmp_path / "both.l3"
     assert main(["encode", *map(str, pngs), "-o", str(both)]) == 2
-    assert f"l3: {both}: -o names a directory for 2 inputs, and this looks like a .l3 file" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"l3: {both}: -o names a directory for 2 inputs, and this looks like a .l3 file" in err
     assert not both.exists()
     both.write_bytes(b"a file")
     assert main(["encode", *map(str, pngs), "-o", str(both)]) == 2
     assert f"l3: {both}: is not a directory" in capsys.readouterr().err
-    assert main(["encode", *map(str, pngs), "-o", str(tmp_path / "dir.l3") + "/"]) == 0  # asked for explicitly
+    assert main(["encode", *map(str, pngs), "-o", str(tmp_path / "dir.l3") + "/"]) == 0
     assert sorted(p.name for p in (tmp_path / "dir.l3").iterdir()) == ["a.l3", "b.l3"]
 
 
@@ -290,13 +293,14 @@ def test_conversions_follow_the_policy_and_are_noted(tmp_path, capsys):
     palette = Image.fromarray(make_image("labels", H, W, 3, np.uint8)).convert("P")
     bilevel = Image.fromarray(grey > 127)
     cmyk = Image.fromarray(make_image("smooth_noise", H, W, 3, np.uint8)).convert("CMYK")
+    expanded = "palette expanded to RGB (L3 stores no palette)"
     sources = {
-        "p.png": (palette, "palette expanded to RGB (L3 stores no palette)", np.asarray(palette.convert("RGB"))),
+        "p.png": (palette, expanded, np.asarray(palette.convert("RGB"))),
         "la.png": (Image.fromarray(grey_alpha, "LA"), None, grey_alpha),
         "bits.png": (bilevel, "1-bit grey scaled to 8-bit (0..255)", np.asarray(bilevel.convert("L"))),
         "cmyk_tif.tif": (cmyk, "CMYK converted to RGB", None),
         "cmyk.jpg": (cmyk, "CMYK converted to RGB", None),
-        "p_gif.gif": (palette, "palette expanded to RGB (L3 stores no palette)", np.asarray(palette.convert("RGB"))),
+        "p_gif.gif": (palette, expanded, np.asarray(palette.convert("RGB"))),
     }
     for name, (image, _, _) in sources.items():
         image.save(tmp_path / name)

@@ -119,7 +119,8 @@ def test_save_converts_under_the_tools_policy_and_warns():
     assert (palette.mode, bilevel.mode, cmyk.mode, wide.mode) == ("P", "1", "CMYK", "I")
     for image, expected, warning in [
         (palette, palette.convert("RGB"), "a P image: palette expanded to RGB (L3 stores no palette)"),
-        (transparent, transparent.convert("RGBA"), "a P image: palette expanded to RGBA (L3 stores no palette)"),
+        (transparent, transparent.convert("RGBA"),
+         "a P image: palette expanded to RGBA (L3 stores no palette)"),
         (bilevel, bilevel.convert("L"), "a 1 image: 1-bit grey scaled to 8-bit (0..255)"),
         (cmyk, cmyk.convert("RGB"), "a CMYK image: CMYK converted to RGB"),
         (wide, wide.convert("I;16"), None),

@@ -1,4 +1,4 @@
-"""l3codec.torch: CHW tensors, a list for a list, NCHW with stack=True, on the CPU here and on CUDA where present."""
+"""l3codec.torch: CHW tensors, a list for a list, NCHW with stack=True; on the CPU, and on CUDA if present."""
 
 import numpy as np
 import pytest
