@@ -329,3 +329,20 @@ def test_encode_help_states_the_pixel_policy(capsys):
         main(["encode", "--help"])
     out = capsys.readouterr().out
     assert "expanded to RGB" in out and "CMYK" in out and "grey+alpha" in out
+
+
+def test_transparent_colour_bmp_palette_and_grey_jpeg(tmp_path, capsys):
+    rgb = make_image("labels", H, W, 3, np.uint8)
+    Image.fromarray(rgb).save(tmp_path / "key.png", transparency=tuple(int(v) for v in rgb[0, 0]))
+    Image.fromarray(rgb).convert("P").save(tmp_path / "p.bmp")
+    Image.fromarray(make_image("smooth_noise", H, W, 1, np.uint8)).save(tmp_path / "grey.jpg")
+    names = ["key.png", "p.bmp", "grey.jpg"]
+    assert main(["encode", *(str(tmp_path / n) for n in names)]) == 0
+    assert capsys.readouterr().err.splitlines() == [
+        f"l3: {tmp_path / 'key.png'}: note: transparent colour (tRNS) made an alpha channel",
+        f"l3: {tmp_path / 'p.bmp'}: note: palette expanded to RGB (L3 stores no palette)",
+    ]
+    keyed = l3codec.imread(tmp_path / "key.l3")
+    assert keyed.shape == (H, W, 4) and keyed[0, 0, 3] == 0
+    np.testing.assert_array_equal(keyed[:, :, :3], rgb)
+    assert l3codec.imread(tmp_path / "grey.l3").shape == (H, W)
