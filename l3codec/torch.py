@@ -36,7 +36,7 @@ def decode(
     straight into place (L3Error unless every result has the same shape and dtype).
     regions as for gpu.decode_batch. Every item is validated (headers, tables, checksums,
     max_pixels for the whole batch) before anything is allocated on the device or decoded;
-    a bad item raises L3Error naming it, an item that is not a buffer TypeError.
+    a bad item raises L3Error naming it (a TypeError too when it is not bytes at all).
     """
     device = torch.device(device)
     if device.type not in ("cuda", "cpu"):
@@ -73,16 +73,18 @@ def decode(
 
 
 def _host_bytes(index: int, item):
-    """An item's compressed bytes on the host, where they are validated."""
+    """An item's compressed bytes on the host, where they are validated; NotABufferError (a
+    TypeError and an L3Error, as codec.decode raises) for anything else."""
     if isinstance(item, torch.Tensor):
         if item.dtype != torch.uint8:
-            raise TypeError(f"batch item {index}: a tensor item must hold uint8 bytes, not {item.dtype}")
+            message = f"batch item {index}: a tensor item must hold uint8 bytes, not {item.dtype}"
+            raise codec.NotABufferError(message)
         return item.detach().reshape(-1).cpu().numpy()  # a CUDA tensor: copied in torch's stream order
     item = gpu.host_bytes(item)
     try:
         codec.require_buffer(item)
-    except TypeError as error:
-        raise TypeError(f"batch item {index}: {error}") from None
+    except codec.NotABufferError as error:
+        raise codec.NotABufferError(f"batch item {index}: {error}") from None
     return item
 
 

@@ -59,6 +59,8 @@ def test_uint8_tensors_are_items_like_read_file_gives():
         l3torch.decode([as_tensor, as_tensor.to(torch.int32)])
     with pytest.raises(TypeError, match="batch item 0: .*bytes-like"):
         l3torch.decode([None])
+    with pytest.raises(l3codec.L3Error, match="batch item 0: .*bytes-like"):  # as l3codec.decode(None)
+        l3torch.decode([None])
 
 
 def test_single_item_and_region():
