@@ -4,7 +4,14 @@ import numpy as np
 import pytest
 
 import l3codec
-from corruption import flip_bits, mutate_payload, reseal, structural_boundaries, with_header_fields
+from corruption import (
+    flip_bits,
+    mutate_payload,
+    reseal,
+    status_cases,
+    structural_boundaries,
+    with_header_fields,
+)
 from images import make_image
 from l3codec import format as fmt
 
@@ -133,19 +140,21 @@ def test_not_bytes_or_too_short(data):
         l3codec.decode(data)
 
 
-def _pack_bits(bits):
-    bits = bits + [0] * (-len(bits) % 8)
-    return bytes(sum(bits[i * 8 + j] << j for j in range(8)) for i in range(len(bits) // 8))
-
-
 def test_run_past_the_row_end_is_rejected():
-    """A hand-made stream, checksums valid: run index 31 codes a 100-sample run in a 16-wide row."""
-    row = [0] + [(100 >> i) & 1 for i in range(15)] + [1]  # '0', run length in 15 bits, interruption m=0
-    length_bits = len(row).bit_length()
-    header = bytes([fmt.KIND_CODED, 31, 0, 0, 0, 0, 0, length_bits])
-    stream = header + _pack_bits([(len(row) >> i) & 1 for i in range(length_bits)]) + _pack_bits(row)
-    data = fmt.pack(width=16, height=1, channels=1, bits=8, mode=fmt.MODE_COMPACT, transform=0,
-                    tile_width=16, tile_height=32, stream_ends=[len(stream)], payload=stream)
+    """A hand-made stream, checksums valid: run index 31 codes a 100-sample run in a 16-wide row
+    whose 17 bits match its row-length entry."""
+    data, _ = status_cases()["compact run past the row end"]
     assert l3codec.info(data).shape == (1, 16)
     with pytest.raises(l3codec.L3Error, match="corrupt stream"):
         l3codec.decode(data)
+
+
+@pytest.mark.parametrize("name, case", sorted(status_cases().items()))
+def test_hand_made_faults_raise_the_status_message(name, case):
+    """The CPU decoder's message for each status of corruption.status_cases (the GPU tests check the codes)."""
+    data, code = case
+    if code == fmt.STATUS_OK:
+        assert l3codec.decode(data).shape == l3codec.info(data).shape
+    else:
+        with pytest.raises(l3codec.L3Error, match=fmt.STATUS_MESSAGES[code]):
+            l3codec.decode(data)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import l3codec
-from corruption import mutate_payload
+from corruption import mutate_payload, status_cases
 from emulation import (
     ITEM_FIELDS,
     TASK_FIELDS,
@@ -283,8 +283,21 @@ def test_corrupt_streams_report_status(mode):
     assert rejected >= (8 if mode == "compact" else 1)  # fast mode's packed residuals rarely notice damage
 
 
-def test_every_status_code_is_reachable():
-    """Hand-made damage to one stream of each kind gives the CPU decoder's exact status."""
+@pytest.mark.parametrize("order", ORDERS)
+def test_hand_made_faults_give_the_cpu_decoders_status(order):
+    """Every status code in both modes, a run past the row end (whose row still has its recorded
+    length), and streams with several faults (the first failing row decides): the exact code of
+    corruption.status_cases, which the CPU decoder gives too."""
+    cases = status_cases()
+    assert {code for _, code in cases.values()} == set(range(5))
+    _, status = decode_batch_emulated([data for data, _ in cases.values()], order=order, seed=5)
+    for (name, (data, code)), got in zip(cases.items(), status.tolist()):
+        assert _cpu_stream_status(data).tolist() == [code], name
+        assert got == code, name
+
+
+def test_every_status_code_is_reachable_in_encoded_files():
+    """Hand-made damage to one stream of real encoded files gives the CPU decoder's exact status."""
     from corruption import reseal
 
     image = make_image("smooth_noise", 32, 16, 1, np.uint8, 1)
