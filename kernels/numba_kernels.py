@@ -103,6 +103,17 @@ def stream_id(items, tasks, task, item, channel):
 
 
 @cuda.jit(device=True, inline="always")
+def task_tile(items, tasks, task):
+    """(item, channels, bits, tile y0, tile x0, tile rows, tile columns) of block `task`."""
+    item = tasks[task, T_ITEM]
+    y0 = tasks[task, T_TILE_Y] * items[item, I_TILE_HEIGHT]
+    x0 = tasks[task, T_TILE_X] * items[item, I_TILE_WIDTH]
+    h = min(items[item, I_TILE_HEIGHT], items[item, I_HEIGHT] - y0)
+    w = min(items[item, I_TILE_WIDTH], items[item, I_WIDTH] - x0)
+    return item, items[item, I_CHANNELS], items[item, I_BITS], y0, x0, h, w
+
+
+@cuda.jit(device=True, inline="always")
 def staged(channel, row, col, ring_rows, ring_columns):
     """Index of a tile sample in a ring-staged 1-D shared array: [channel][row][column]."""
     return (channel * ring_rows + row % ring_rows) * ring_columns + col % ring_columns
@@ -157,18 +168,14 @@ def decode_compact(data, stream_starts, stream_ends, items, tasks, out, status):
     stage = cuda.shared.array(COMPACT_STAGE, dtype=TILE_SAMPLE)
     mapped_slots = cuda.shared.array((2, MAX_CHANNELS, WARP), dtype=np.int64)
     state = cuda.local.array(STATE_SIZE, dtype=np.int64)
+    # per row, its status; per channel, the end-of-stream check: lane 0 reports the first failure
+    row_codes = cuda.shared.array((MAX_CHANNELS, WARP), dtype=np.int32)
+    end_codes = cuda.shared.array(MAX_CHANNELS, dtype=np.int32)
     lane = cuda.threadIdx.x
     channel = cuda.threadIdx.y
     task = cuda.blockIdx.x
-    item = tasks[task, T_ITEM]
-    channels = items[item, I_CHANNELS]
-    bits = items[item, I_BITS]
-    tile_height = items[item, I_TILE_HEIGHT]
+    item, channels, bits, y0, x0, h, w = task_tile(items, tasks, task)
     tile_width = items[item, I_TILE_WIDTH]
-    y0 = tasks[task, T_TILE_Y] * tile_height
-    x0 = tasks[task, T_TILE_X] * tile_width
-    h = min(tile_height, items[item, I_HEIGHT] - y0)
-    w = min(tile_width, items[item, I_WIDTH] - x0)
     half = np.int64(1) << (bits - 1)
     ring = COMPACT_RING
 
@@ -180,6 +187,7 @@ def decode_compact(data, stream_starts, stream_ends, items, tasks, out, status):
     raw_kind = 0
     row_start = np.int64(0)
     row_end = np.int64(0)
+    end_code = STATUS_OK  # checked once every row has passed
     if active:
         stream = stream_id(items, tasks, task, item, channel)
         start = stream_starts[stream]
@@ -198,7 +206,9 @@ def decode_compact(data, stream_starts, stream_ends, items, tasks, out, status):
                     row_start += compact_row_length(data, table_pos, length_bits, row)
                 row_end = row_start + compact_row_length(data, table_pos, length_bits, lane)
                 copy_row = row_end == row_start
-                if row_end > end * 8 or (lane == h - 1 and (row_end + 7) // 8 != end):
+                if lane == h - 1 and (row_end + 7) // 8 != end:
+                    end_code = STATUS_BAD_SIZE  # the stream ends in the byte holding its last bit
+                if row_end > end * 8:
                     code = STATUS_BAD_SIZE
                 elif copy_row and lane == 0:
                     code = STATUS_CORRUPT
@@ -246,7 +256,19 @@ def decode_compact(data, stream_starts, stream_ends, items, tasks, out, status):
 
     if coded and not copy_row and (state[S_POS] != row_end or state[S_ERROR] != 0):
         code = STATUS_CORRUPT
-    report(status, item, code)
+    # the stream's status, as the CPU decoder's: the first failing row, else the end-of-stream check
+    if active:
+        row_codes[channel, lane] = code
+        if lane == h - 1:
+            end_codes[channel] = end_code
+    cuda.syncthreads()
+    if active and lane == 0:
+        code = end_codes[channel]
+        for row in range(h):
+            if row_codes[channel, row] != STATUS_OK:
+                code = row_codes[channel, row]
+                break
+        report(status, item, code)
 
 
 @cuda.jit
@@ -264,15 +286,8 @@ def decode_fast(data, stream_starts, stream_ends, items, tasks, ring_rows, out, 
     thread = cuda.threadIdx.x
     threads = cuda.blockDim.x
     task = cuda.blockIdx.x
-    item = tasks[task, T_ITEM]
-    channels = items[item, I_CHANNELS]
-    bits = items[item, I_BITS]
-    tile_height = items[item, I_TILE_HEIGHT]
+    item, channels, bits, y0, x0, h, w = task_tile(items, tasks, task)
     tile_width = items[item, I_TILE_WIDTH]
-    y0 = tasks[task, T_TILE_Y] * tile_height
-    x0 = tasks[task, T_TILE_X] * tile_width
-    h = min(tile_height, items[item, I_HEIGHT] - y0)
-    w = min(tile_width, items[item, I_WIDTH] - x0)
     mask = (np.int64(1) << bits) - 1
     groups = groups_per_row(w)
     field_bits = width_field_bits(bits)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import l3codec
+from corruption import status_cases
 from gpu_cases import crop_regions, encoded_images
 
 TESTS = pathlib.Path(__file__).parent
@@ -58,6 +59,17 @@ def test_simulated_corrupt_item_is_reported_like_the_cpu(simulated):
         assert cpu_ok == gpu_ok
         assert consistent  # same pixels when both decode; the error names item 1 when both refuse
     assert any(not cpu_ok for cpu_ok, _, _ in outcomes)
+
+
+def test_simulated_hand_made_faults_give_the_cpu_decoders_status(simulated):
+    """corruption.status_cases through decode_batch(backend="numba"): every status code, a run past
+    the row end, and streams with several faults, where the first failing row decides."""
+    expected = {name: code for name, (_, code) in status_cases().items()}
+    assert simulated["status cases"] == expected
+
+
+def test_simulated_fast_kernel_at_its_real_block_size(simulated):
+    assert simulated["fast at 128 threads"] is True
 
 
 def test_kernels_type_check_for_sm90():
