@@ -225,9 +225,9 @@ L3_DEVICE void decode_compact_tile(const unsigned char* __restrict__ data, long 
                 copy_row = length == 0 && lane > 0;  // a zero row length copies the row above
                 row.run_index = run_index;
                 for (int ctx = 0; ctx < CONTEXTS; ++ctx) {
-                    // a mean mapped residual of 1.5 * 2**k, weighted as one sample (compact.row_state_init)
-                    ctx_a[ctx * 32] = (3 << ((k_nibbles >> (4 * ctx)) & 15)) >> 1;
-                    ctx_n[ctx * 32] = 1;
+                    // a mean mapped residual of 1.5 * 2**k, weighted as INITIAL_COUNT samples (compact.row_state_init)
+                    ctx_a[ctx * 32] = (3 * INITIAL_COUNT << ((k_nibbles >> (4 * ctx)) & 15)) >> 1;
+                    ctx_n[ctx * 32] = INITIAL_COUNT;
                 }
                 source = SOURCE_CODED;
             }

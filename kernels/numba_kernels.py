@@ -47,7 +47,7 @@ unzigzag = _dev.unzigzag
 WARP = 32
 # Threads of a fast block (one per column pair of a 256-wide tile, as in fast.cu). The
 # simulator runs every thread as a Python thread: one warp keeps its runs short.
-FAST_THREADS = 32 if config.ENABLE_CUDASIM else 128
+FAST_THREADS = 32 if config.ENABLE_CUDASIM else cuda_c.FAST_THREADS
 TILE_SAMPLE = np.dtype(np.uint16)  # shared staging holds 8- and 16-bit samples alike
 MAX_CHANNELS = 4
 MAX_GROUPS = fmt.MAX_TILE_WIDTH // fast.GROUP_SIZE

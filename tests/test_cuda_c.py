@@ -490,6 +490,33 @@ def test_a_mixed_launch_gets_the_shared_memory_of_its_largest_item():
     assert cuda_c.shared_memory_bytes(launch) == max(each)
 
 
+def test_kernel_constants_match_the_python_codec():
+    """l3_common.cuh's enumerators (which cuda_c.py reads for its launch sizes) against format.py,
+    compact.py and fast.py, the normative side."""
+    from l3codec import compact, fast
+
+    constants = cuda_c.header_constants()
+    python = {
+        **{name: getattr(fmt, name) for name in constants if name.startswith(("KIND_", "STATUS_", "TRANSFORM_"))},
+        "COMPACT_TILE_HEIGHT": fmt.COMPACT_TILE_HEIGHT,
+        "CONTEXTS": compact.CONTEXTS,
+        "INTERRUPT_CONTEXT": compact.INTERRUPT_CONTEXT,
+        "UNARY_LIMIT": compact.UNARY_LIMIT,
+        "RESET_COUNT": compact.RESET_COUNT,
+        "INITIAL_COUNT": compact.INITIAL_COUNT,
+        "ADAPT_CAP_SHIFT": compact.ADAPT_CAP_SHIFT,
+        "RUN_INDEX_MAX": compact.RUN_INDEX_MAX,
+        "COMPACT_HEADER_BYTES": compact.HEADER_BYTES,
+        "K_NIBBLE_BYTES": compact.K_NIBBLE_BYTES,
+        "GROUP_SIZE": fast.GROUP_SIZE,
+        "FAST_MAX_GROUPS": fmt.MAX_TILE_WIDTH // fast.GROUP_SIZE,
+    }
+    assert len(python) >= 20
+    assert {name: constants[name] for name in python} == python
+    assert (cuda_c.COMPACT_HEADER_SHARED_BYTES, cuda_c.FAST_THREADS) == (
+        constants["COMPACT_HEADER_SHARED_BYTES"], constants["FAST_THREADS"])
+
+
 def test_launch_geometry():
     files = [
         _encode(make_image("gradient", 40, 40, 3, np.uint8, 0), "compact", 16),
@@ -611,6 +638,50 @@ def test_launch_helper_with_a_fake_cupy(monkeypatch):
     assert max(shared for *_, shared in _FakeCupy.Kernel.launches) > 48 * 1024
     for got, data_, region in zip(l3batch.split_output(batch, out.get()), files, regions):
         np.testing.assert_array_equal(got, l3codec.decode(data_, region=region))
+
+
+def test_compiled_source_holds_every_header(tmp_path, monkeypatch):
+    """CuPy keys its kernel cache on the source string and options, not on headers found through -I:
+    the source handed to it inlines every header, so editing one changes the key."""
+    import re
+    import shutil
+    import sys
+
+    for path in cuda_c.KERNEL_DIR.glob("*.cu*"):
+        shutil.copy(path, tmp_path / path.name)
+    monkeypatch.setattr(cuda_c, "KERNEL_DIR", tmp_path)
+    monkeypatch.setitem(sys.modules, "cupy", _FakeCupy)
+    monkeypatch.setattr(cuda_c, "_modules", {})
+    monkeypatch.setattr(_FakeCupy.RawModule, "compiled", [])
+    assert not any(option.startswith("-I") for option in cuda_c.COMPILE_OPTIONS)
+    before = {name: cuda_c.source_text(name) for name in cuda_c.SOURCES}
+    for text in before.values():
+        assert not re.search(r"#\s*include", text)
+        assert "struct L3Item" in text and "RESET_COUNT = 64" in text  # both headers, once
+        assert text.count("struct L3Item {") == 1
+    header = tmp_path / "l3_common.cuh"
+    header.write_text(header.read_text().replace("RESET_COUNT = 64", "RESET_COUNT = 32"))
+    for name in cuda_c.SOURCES:
+        after = cuda_c.source_text(name)
+        assert after != before[name] and "RESET_COUNT = 32" in after
+        cuda_c.load_module(name)
+        assert _FakeCupy.RawModule.compiled[-1] == after  # what CuPy compiles and keys
+
+
+def test_compiler_messages_name_the_real_file_and_line(tmp_path, monkeypatch):
+    """#line directives around the inlined headers: an error in a header is reported at its line."""
+    pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-bindings (NVRTC) is not installed")
+    import shutil
+
+    for path in cuda_c.KERNEL_DIR.glob("*.cu*"):
+        shutil.copy(path, tmp_path / path.name)
+    monkeypatch.setattr(cuda_c, "KERNEL_DIR", tmp_path)
+    header = tmp_path / "l3_batch.cuh"
+    lines = header.read_text().splitlines()
+    lines.insert(20, "this_is_not_cuda;")
+    header.write_text("\n".join(lines))
+    with pytest.raises(RuntimeError, match=r"l3_batch\.cuh\(21\)"):
+        cuda_c.nvrtc_compile("fast.cu", "sm_80")
 
 
 # ---------------------------------------------------------------- a real GPU, when there is one
