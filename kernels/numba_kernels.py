@@ -15,13 +15,22 @@ Both stage decoded samples in rings, as the CUDA C kernels do, so that shared me
 stays within the 48 KiB a block gets without opting in, whatever the tile width:
 compact a ring of COMPACT_RING columns written out in strips, fast a ring of rows
 written out in bands.
+
+The kernels are cached on disk (numba-cuda's cache=True, one entry per compute
+capability), keyed on the content of every file of the package rather than on this
+file's time stamp alone, so editing the shared pixel logic recompiles them.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
+from pathlib import Path
+
 import numpy as np
 from numba import config, cuda
 
+import l3codec
 from l3codec import batch, bitio, colour, compact, fast, streams
 from l3codec import format as fmt
 from l3codec.jit import compile_device_functions
@@ -163,6 +172,42 @@ def write_tile(stage, ring_rows, ring_columns, items, item, y0, x0, rows, column
             pos += sample_bytes
 
 
+def source_digest(directories=None) -> str:
+    """SHA-256 of the names and contents of the Python and CUDA sources in `directories` (default:
+    the l3codec package and this kernels package): everything the kernels compile or take constants from."""
+    if directories is None:
+        directories = (Path(l3codec.__file__).parent, Path(__file__).parent)
+    digest = hashlib.sha256()
+    for directory in directories:
+        for path in sorted(Path(directory).glob("*")):
+            if path.suffix in (".py", ".cu", ".cuh"):
+                digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+@functools.cache
+def _content_keyed_cache_class():
+    """numba-cuda's CUDACache with every locator's source stamp (checked before any cached kernel
+    is used) replaced by source_digest(), instead of the kernel file's mtime and size."""
+    from numba.cuda.dispatcher import CUDACache, CUDACacheImpl
+
+    def get_source_stamp(self):
+        return source_digest()
+
+    locators = [type(cls.__name__, (cls,), {"get_source_stamp": get_source_stamp})
+                for cls in CUDACacheImpl._locator_classes]
+    impl = type("ContentKeyedCacheImpl", (CUDACacheImpl,), {"_locator_classes": locators})
+    return type("ContentKeyedCache", (CUDACache,), {"_impl_class": impl})
+
+
+def cached_on_content(kernel):
+    """Turn on kernel's on-disk cache keyed on source_digest() (a no-op in the simulator)."""
+    if not config.ENABLE_CUDASIM:
+        kernel._cache = _content_keyed_cache_class()(kernel.py_func)  # what enable_caching() does
+    return kernel
+
+
+@cached_on_content
 @cuda.jit
 def decode_compact(data, stream_starts, stream_ends, items, tasks, out, status):
     stage = cuda.shared.array(COMPACT_STAGE, dtype=TILE_SAMPLE)
@@ -271,6 +316,7 @@ def decode_compact(data, stream_starts, stream_ends, items, tasks, out, status):
         report(status, item, code)
 
 
+@cached_on_content
 @cuda.jit
 def decode_fast(data, stream_starts, stream_ends, items, tasks, ring_rows, out, status):
     stage = cuda.shared.array(0, dtype=TILE_SAMPLE)

@@ -72,6 +72,36 @@ def test_simulated_fast_kernel_at_its_real_block_size(simulated):
     assert simulated["fast at 128 threads"] is True
 
 
+def test_kernels_are_cached_on_the_content_of_what_they_compile(tmp_path):
+    """numba-cuda's on-disk cache checks a source stamp before using a cached kernel: it must be the
+    content digest of every file the kernels compile, not numba_kernels.py's mtime and size, so
+    editing compact.py (say INITIAL_COUNT) or a kernels/ file recompiles them."""
+    import shutil
+
+    from numba.cuda.dispatcher import CUDACache
+
+    from l3codec.kernels import numba_kernels
+
+    digest = numba_kernels.source_digest()
+    for name in numba_kernels.SIGNATURES:
+        cache = getattr(numba_kernels, name)._cache
+        assert isinstance(cache, CUDACache)
+        assert cache._impl.locator.get_source_stamp() == digest
+        assert cache._cache_file._source_stamp == digest  # what a cached index must carry to be used
+    package, kernels = tmp_path / "l3codec", tmp_path / "kernels"
+    shutil.copytree(pathlib.Path(l3codec.__file__).parent, package, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(pathlib.Path(numba_kernels.__file__).parent, kernels,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    assert numba_kernels.source_digest((package, kernels)) == digest
+    source = (package / "compact.py").read_text()
+    (package / "compact.py").write_text(source.replace("INITIAL_COUNT = 1", "INITIAL_COUNT = 2"))
+    edited = numba_kernels.source_digest((package, kernels))
+    assert edited != digest
+    (package / "compact.py").write_text(source)
+    (kernels / "l3_common.cuh").write_text((kernels / "l3_common.cuh").read_text() + "\n")
+    assert numba_kernels.source_digest((package, kernels)) not in (digest, edited)
+
+
 def test_kernels_type_check_for_sm90():
     """compile_ptx needs no GPU: it type-checks and lowers every kernel for compute capability 9.0."""
     from l3codec.kernels import numba_kernels
