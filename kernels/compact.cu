@@ -175,7 +175,8 @@ L3_DEVICE void decode_compact_tile(const unsigned char* __restrict__ data, long 
     // (cpu.decode_compact_stream order); the row's decoding is checked after the wavefront
     int lane_status = STATUS_OK;
     bool copy_row = false;
-    CompactRow row = {0, 0, 0, 0, 0, false, false};  // a constant stream keeps its value in run_value, raw its row in pos
+    // a constant stream keeps its value in run_value, raw its row in pos
+    CompactRow row = {0, 0, 0, 0, 0, false, false};
     if (decoding) {
         const long long start = stream_starts[stream];
         const long long end = stream_ends[stream];
@@ -225,7 +226,8 @@ L3_DEVICE void decode_compact_tile(const unsigned char* __restrict__ data, long 
                 copy_row = length == 0 && lane > 0;  // a zero row length copies the row above
                 row.run_index = run_index;
                 for (int ctx = 0; ctx < CONTEXTS; ++ctx) {
-                    // a mean mapped residual of 1.5 * 2**k, weighted as INITIAL_COUNT samples (compact.row_state_init)
+                    // a mean mapped residual of 1.5 * 2**k, weighted as INITIAL_COUNT samples
+                    // (compact.row_state_init)
                     ctx_a[ctx * 32] = (3 * INITIAL_COUNT << ((k_nibbles >> (4 * ctx)) & 15)) >> 1;
                     ctx_n[ctx * 32] = INITIAL_COUNT;
                 }

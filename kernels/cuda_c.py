@@ -55,14 +55,15 @@ def header_constants(path: Path = KERNEL_DIR / "l3_common.cuh") -> dict:
     return constants
 
 
-_C = header_constants()
-COMPACT_TILE_HEIGHT = _C["COMPACT_TILE_HEIGHT"]
-COMPACT_HEADER_SHARED_BYTES = _C["COMPACT_HEADER_SHARED_BYTES"]  # the TileWriter's slot
-COMPACT_STATE_BYTES = _C["COMPACT_STATE_BYTES"]  # per channel: 9 contexts' sums and counts x 32 rows, 32 row ends
-COMPACT_RING_MAX = _C["COMPACT_RING_MAX"]  # columns staged at once
-FAST_THREADS = _C["FAST_THREADS"]
-FAST_FIXED_BYTES = _C["FAST_FIXED_BYTES"]  # sizeof(FastShared)
-FAST_STAGE_BUDGET = _C["FAST_STAGE_BUDGET"]
+_KERNEL_CONSTANTS = header_constants()
+COMPACT_TILE_HEIGHT = _KERNEL_CONSTANTS["COMPACT_TILE_HEIGHT"]
+COMPACT_HEADER_SHARED_BYTES = _KERNEL_CONSTANTS["COMPACT_HEADER_SHARED_BYTES"]  # the TileWriter's slot
+# per channel: the sums and counts of 9 contexts x 32 rows, and the 32 row ends
+COMPACT_STATE_BYTES = _KERNEL_CONSTANTS["COMPACT_STATE_BYTES"]
+COMPACT_RING_MAX = _KERNEL_CONSTANTS["COMPACT_RING_MAX"]  # columns staged at once
+FAST_THREADS = _KERNEL_CONSTANTS["FAST_THREADS"]
+FAST_FIXED_BYTES = _KERNEL_CONSTANTS["FAST_FIXED_BYTES"]  # sizeof(FastShared)
+FAST_STAGE_BUDGET = _KERNEL_CONSTANTS["FAST_STAGE_BUDGET"]
 # above this a kernel must opt in (cudaFuncAttributeMaxDynamicSharedMemorySize)
 DEFAULT_SHARED_LIMIT = 48 * 1024
 

@@ -137,7 +137,8 @@ def status_cases() -> dict:
         "compact row past the end": (compact_stream(valid4, lengths=[1, 1, 200, 1]), 4, size),
         "compact row 0 copied": (compact_stream([[], VALID_ROW, VALID_ROW, VALID_ROW]), 4, corrupt),
         "compact row longer than its table entry": (compact_stream([ZERO_RUN_ROW], lengths=[17]), 1, corrupt),
-        "compact row shorter than its table entry": (compact_stream([VALID_ROW, [1, 0], VALID_ROW]), 3, corrupt),
+        "compact row shorter than its table entry": (
+            compact_stream([VALID_ROW, [1, 0], VALID_ROW]), 3, corrupt),
         "compact run past the row end": (compact_stream([RUN_PAST_THE_ROW_END]), 1, corrupt),
         "compact run past the row end, row 2": (
             compact_stream([VALID_ROW, VALID_ROW, RUN_PAST_THE_ROW_END, VALID_ROW]), 4, corrupt),
@@ -150,7 +151,8 @@ def status_cases() -> dict:
                            lengths=[1, len(RUN_PAST_THE_ROW_END), 1, 500]), 4, corrupt),
         "compact row 1 past the end, row 0 corrupt": (
             compact_stream([RUN_PAST_THE_ROW_END, VALID_ROW], lengths=[17, 900]), 2, corrupt),
-        "compact row 0 past the end, row 1 copied": (compact_stream([VALID_ROW, []], lengths=[90, 0]), 2, size),
+        "compact row 0 past the end, row 1 copied": (
+            compact_stream([VALID_ROW, []], lengths=[90, 0]), 2, size),
         "fast valid": (fast_stream([3, 0, 8]), 3, ok),
         "fast raw": (bytes([fmt.KIND_RAW]) + bytes(range(3 * WIDTH)), 3, ok),
         "fast kind 255": (bytes([255]) + fast_stream([3, 0, 8])[1:], 3, kind),

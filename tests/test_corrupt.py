@@ -178,7 +178,7 @@ def test_run_past_the_row_end_is_rejected():
 
 @pytest.mark.parametrize("name, case", sorted(status_cases().items()))
 def test_hand_made_faults_raise_the_status_message(name, case):
-    """The CPU decoder's message for each status of corruption.status_cases (the GPU tests check the codes)."""
+    """The CPU decoder's message for each status of corruption.status_cases (GPU tests check the codes)."""
     data, code = case
     if code == fmt.STATUS_OK:
         assert l3codec.decode(data).shape == l3codec.info(data).shape

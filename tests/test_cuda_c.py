@@ -501,7 +501,8 @@ def test_kernel_constants_match_the_python_codec():
 
     constants = cuda_c.header_constants()
     python = {
-        **{name: getattr(fmt, name) for name in constants if name.startswith(("KIND_", "STATUS_", "TRANSFORM_"))},
+        **{name: getattr(fmt, name) for name in constants
+           if name.startswith(("KIND_", "STATUS_", "TRANSFORM_"))},
         "COMPACT_TILE_HEIGHT": fmt.COMPACT_TILE_HEIGHT,
         "CONTEXTS": compact.CONTEXTS,
         "INTERRUPT_CONTEXT": compact.INTERRUPT_CONTEXT,

@@ -56,7 +56,8 @@ def test_hand_made_faults_give_the_cpu_decoders_status(backend, name):
         decoded = gpu.decode_batch([good, data], backend=backend)
         np.testing.assert_array_equal(_host(decoded[1]), l3codec.decode(data))
     else:
-        with pytest.raises(l3codec.L3Error, match=f"1 corrupt batch item.*item 1: {re.escape(fmt.STATUS_MESSAGES[code])}"):
+        message = re.escape(fmt.STATUS_MESSAGES[code])
+        with pytest.raises(l3codec.L3Error, match=f"1 corrupt batch item.*item 1: {message}"):
             gpu.decode_batch([good, data], backend=backend)
 
 
@@ -76,7 +77,8 @@ def test_damaged_items_are_rejected_exactly_when_the_cpu_rejects_them(backend):
                 with pytest.raises(l3codec.L3Error, match="item 1:"):
                     gpu.decode_batch([datas[0], damaged], backend=backend)
                 continue
-            np.testing.assert_array_equal(_host(gpu.decode_batch([datas[0], damaged], backend=backend)[1]), expected)
+            decoded = gpu.decode_batch([datas[0], damaged], backend=backend)
+            np.testing.assert_array_equal(_host(decoded[1]), expected)
     assert rejected > 0
 
 
@@ -96,7 +98,8 @@ def test_numba_kernels_load_from_the_disk_cache_in_a_new_process():
     _gpu("numba")
     here = os.path.dirname(__file__)
     runs = [
-        subprocess.run([sys.executable, "-c", _CACHE_PROBE, here], capture_output=True, text=True, timeout=600)
+        subprocess.run([sys.executable, "-c", _CACHE_PROBE, here], capture_output=True, text=True,
+                       timeout=600)
         for _ in range(2)
     ]
     for run in runs:

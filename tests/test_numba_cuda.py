@@ -89,7 +89,8 @@ def test_kernels_are_cached_on_the_content_of_what_they_compile(tmp_path):
         assert cache._impl.locator.get_source_stamp() == digest
         assert cache._cache_file._source_stamp == digest  # what a cached index must carry to be used
     package, kernels = tmp_path / "l3codec", tmp_path / "kernels"
-    shutil.copytree(pathlib.Path(l3codec.__file__).parent, package, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(pathlib.Path(l3codec.__file__).parent, package,
+                    ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(pathlib.Path(numba_kernels.__file__).parent, kernels,
                     ignore=shutil.ignore_patterns("__pycache__"))
     assert numba_kernels.source_digest((package, kernels)) == digest
