@@ -29,6 +29,7 @@ struct CompactRow {
     int run_index;  // S_RUN_INDEX
     int mapped;     // S_MAPPED: mapped residual of the last sample (W's for the next one)
     bool interrupt;  // S_INTERRUPT
+    bool error;      // S_ERROR: the row's bits are impossible (a run past the row end)
 };
 
 // compact.decode_mapped; ctx_a/ctx_n point at this lane's sums and counts (stride 32 per context).
@@ -82,7 +83,10 @@ L3_DEVICE int decode_run_length(const unsigned char* __restrict__ data, long lon
         } else {
             run += (int)((window >> 1) & (unsigned long long)(chunk - 1));
             row.pos += 1 + order;
-            if (run > remaining - 1) run = remaining - 1;  // only a corrupt stream gets here
+            if (run > remaining - 1) {  // a run that ends past the row: corrupt
+                run = remaining - 1;
+                row.error = true;
+            }
             if (index > 0) row.run_index = index - 1;
             row.interrupt = true;
             return run;
@@ -171,7 +175,8 @@ L3_DEVICE void decode_compact_tile(const unsigned char* __restrict__ data, long 
     // (cpu.decode_compact_stream order); the row's decoding is checked after the wavefront
     int lane_status = STATUS_OK;
     bool copy_row = false;
-    CompactRow row = {0, 0, 0, 0, 0, false};  // a constant stream keeps its value in run_value, raw its row in pos
+    // a constant stream keeps its value in run_value, raw its row in pos
+    CompactRow row = {0, 0, 0, 0, 0, false, false};
     if (decoding) {
         const long long start = stream_starts[stream];
         const long long end = stream_ends[stream];
@@ -221,9 +226,10 @@ L3_DEVICE void decode_compact_tile(const unsigned char* __restrict__ data, long 
                 copy_row = length == 0 && lane > 0;  // a zero row length copies the row above
                 row.run_index = run_index;
                 for (int ctx = 0; ctx < CONTEXTS; ++ctx) {
-                    // a mean mapped residual of 1.5 * 2**k, weighted as one sample (compact.row_state_init)
-                    ctx_a[ctx * 32] = (3 << ((k_nibbles >> (4 * ctx)) & 15)) >> 1;
-                    ctx_n[ctx * 32] = 1;
+                    // a mean mapped residual of 1.5 * 2**k, weighted as INITIAL_COUNT samples
+                    // (compact.row_state_init)
+                    ctx_a[ctx * 32] = (3 * INITIAL_COUNT << ((k_nibbles >> (4 * ctx)) & 15)) >> 1;
+                    ctx_n[ctx * 32] = INITIAL_COUNT;
                 }
                 source = SOURCE_CODED;
             }
@@ -305,7 +311,8 @@ L3_DEVICE void decode_compact_tile(const unsigned char* __restrict__ data, long 
     if (decoding) {
         int code = lane_status;
         if (source == SOURCE_CODED) {
-            if (lane_status == STATUS_OK && lane < h && !copy_row && row.pos != row_end) lane_status = STATUS_CORRUPT;
+            if (lane_status == STATUS_OK && lane < h && !copy_row && (row.pos != row_end || row.error))
+                lane_status = STATUS_CORRUPT;
             const unsigned failing = __ballot_sync(L3_FULL_MASK, lane_status != STATUS_OK);
             const int first = failing ? __ffs(failing) - 1 : h - 1;
             code = __shfl_sync(L3_FULL_MASK, lane_status, first);

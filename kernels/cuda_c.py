@@ -32,7 +32,8 @@ KERNELS = {  # mode: (source, kernel)
     MODE_COMPACT: ("compact.cu", "l3_decode_compact"),
     MODE_FAST: ("fast.cu", "l3_decode_fast"),
 }
-COMPILE_OPTIONS = ("-std=c++17", f"-I{KERNEL_DIR}")
+# no -I: source_text inlines the headers, so that CuPy's cache key (source and options) covers them
+COMPILE_OPTIONS = ("-std=c++17",)
 
 # Registers per thread that every kernel must fit without spilling (checked by the tests
 # through compile_report). 64 lets an SM hold 1024 resident threads (32 warps, half of
@@ -40,15 +41,29 @@ COMPILE_OPTIONS = ("-std=c++17", f"-I{KERNEL_DIR}")
 # and the kernels' __launch_bounds__ (128 threads x 8 blocks) ask ptxas for it.
 REGISTER_BUDGET = 64
 
-# Mirrors of kernels/l3_common.cuh (tests compare them with the C functions).
-COMPACT_TILE_HEIGHT = 32
-COMPACT_HEADER_BYTES = 64  # the TileWriter
+
+def header_constants(path: Path = KERNEL_DIR / "l3_common.cuh") -> dict:
+    """{name: value} of the enumerators of l3_common.cuh (`NAME = expression,` inside `enum : int {...}`),
+    so that the host sizes its launches from the very numbers the kernels are compiled with."""
+    constants = {}
+    for body in re.findall(r"enum\s*:\s*int\s*\{(.*?)\}", path.read_text(), re.S):
+        body = re.sub(r"//[^\n]*", "", body)
+        for name, expression in re.findall(r"\b([A-Z][A-Z0-9_]*)\s*=\s*([^,]+)", body):
+            if not re.fullmatch(r"[A-Z0-9_\s*+<>()-]+", expression):
+                raise ValueError(f"{path.name}: cannot evaluate {name} = {expression}")
+            constants[name] = int(eval(expression, {"__builtins__": {}}, dict(constants)))  # noqa: S307
+    return constants
+
+
+_KERNEL_CONSTANTS = header_constants()
+COMPACT_TILE_HEIGHT = _KERNEL_CONSTANTS["COMPACT_TILE_HEIGHT"]
+COMPACT_HEADER_SHARED_BYTES = _KERNEL_CONSTANTS["COMPACT_HEADER_SHARED_BYTES"]  # the TileWriter's slot
 # per channel: the sums and counts of 9 contexts x 32 rows, and the 32 row ends
-COMPACT_STATE_BYTES = 2 * 9 * 32 * 4 + 32 * 8
-COMPACT_RING_MAX = 128  # columns staged at once
-FAST_THREADS = 128
-FAST_FIXED_BYTES = 1232  # sizeof(FastShared)
-FAST_STAGE_BUDGET = 32768
+COMPACT_STATE_BYTES = _KERNEL_CONSTANTS["COMPACT_STATE_BYTES"]
+COMPACT_RING_MAX = _KERNEL_CONSTANTS["COMPACT_RING_MAX"]  # columns staged at once
+FAST_THREADS = _KERNEL_CONSTANTS["FAST_THREADS"]
+FAST_FIXED_BYTES = _KERNEL_CONSTANTS["FAST_FIXED_BYTES"]  # sizeof(FastShared)
+FAST_STAGE_BUDGET = _KERNEL_CONSTANTS["FAST_STAGE_BUDGET"]
 # above this a kernel must opt in (cudaFuncAttributeMaxDynamicSharedMemorySize)
 DEFAULT_SHARED_LIMIT = 48 * 1024
 
@@ -78,7 +93,7 @@ def block_shape(launch) -> tuple:
 def shared_memory_bytes(launch) -> int:
     """Dynamic shared memory bytes for a launch: the largest need of its items (8- and 16-bit alike).
 
-    compact: 64 + channels * (COMPACT_STATE_BYTES + 32 * ring * sample_bytes), ring =
+    compact: COMPACT_HEADER_SHARED_BYTES + channels * (COMPACT_STATE_BYTES + 32 * ring * sample_bytes), ring =
     compact_ring_columns(tile_width) (at most 41 KiB: 4 channels, 16-bit).
     fast: FAST_FIXED_BYTES + ring * channels * tile_width * sample_bytes, ring =
     fast_ring_rows(...) (about 33 KiB, more only when two rows of the tile exceed the budget:
@@ -89,7 +104,7 @@ def shared_memory_bytes(launch) -> int:
     channels = items["channels"].astype(np.int64)
     tile_width = items["tile_width"].astype(np.int64)
     if launch.mode == MODE_COMPACT:
-        need = COMPACT_HEADER_BYTES + channels * (
+        need = COMPACT_HEADER_SHARED_BYTES + channels * (
             COMPACT_STATE_BYTES + COMPACT_TILE_HEIGHT * compact_ring_columns(tile_width) * sample_bytes
         )
     else:
@@ -102,10 +117,33 @@ def kernel_name(launch) -> str:
     return KERNELS[launch.mode][1]
 
 
+_LOCAL_INCLUDE = re.compile(r'\s*#\s*include\s+"([^"]+)"\s*$')
+
+
 def source_text(filename: str) -> str:
-    """A kernel source with a #line directive, so compiler messages name the real file."""
-    path = KERNEL_DIR / filename
-    return f'#line 1 "{path}"\n' + path.read_text()
+    """kernels/<filename> with its #include "..." headers inlined, each once (they are #pragma once).
+
+    CuPy keys its on-disk kernel cache on the source string and the options, not on the
+    headers a -I would pull in: with every header inlined, editing one changes the key.
+    #line directives keep compiler messages pointing at the real files and lines.
+    """
+    return _inline_includes(KERNEL_DIR / filename, set())
+
+
+def _inline_includes(path: Path, included: set) -> str:
+    included.add(path.name)
+    lines = [f'#line 1 "{path}"']
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        match = _LOCAL_INCLUDE.match(line)
+        if match:
+            if match.group(1) not in included:
+                lines.append(_inline_includes(KERNEL_DIR / match.group(1), included))
+                lines.append(f'#line {number + 1} "{path}"')
+            else:
+                lines.append("")
+        else:
+            lines.append("" if line.strip() == "#pragma once" else line)
+    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------- CuPy: build and launch

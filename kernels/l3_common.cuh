@@ -58,6 +58,7 @@ enum : int {  // compact.py
     INTERRUPT_CONTEXT = 8,
     UNARY_LIMIT = 12,
     RESET_COUNT = 64,
+    INITIAL_COUNT = 1,  // adaptive counts at a row's start
     ADAPT_CAP_SHIFT = 4,
     RUN_INDEX_MAX = 31,
     COMPACT_HEADER_BYTES = 8,  // kind, run index, 5 bytes of k nibbles, row-length bits
@@ -78,9 +79,9 @@ enum : int {
 // The host computes the same numbers in kernels/cuda_c.py (shared_memory_bytes); the
 // emulation build exports these functions so the tests compare both.
 
-// compact: a TileWriter (64 bytes), per channel the adaptive sums and counts of the 32 row
-// decoders ([2][CONTEXTS][32] int) and their row ends ([32] int64), then per channel a ring
-// of decoded columns ([32][ring] samples).
+// compact: a TileWriter (48 bytes, in a 64-byte slot), per channel the adaptive sums and
+// counts of the 32 row decoders ([2][CONTEXTS][32] int) and their row ends ([32] int64),
+// then per channel a ring of decoded columns ([32][ring] samples).
 enum : int {
     COMPACT_HEADER_SHARED_BYTES = 64,
     COMPACT_STATE_BYTES = 2 * CONTEXTS * 32 * 4 + 32 * 8,
@@ -266,6 +267,7 @@ struct TileWriter {
     int pad[2];
 };
 static_assert(sizeof(TileWriter) == 48, "TileWriter layout");
+static_assert(sizeof(TileWriter) <= COMPACT_HEADER_SHARED_BYTES, "TileWriter must fit its slot");
 
 L3_DEVICE void init_tile_writer(TileWriter& writer, const L3Item& item, unsigned char* out, long long tile_y0,
                                 long long tile_x0, int h, int w, int sample_bytes) {

@@ -15,13 +15,22 @@ Both stage decoded samples in rings, as the CUDA C kernels do, so that shared me
 stays within the 48 KiB a block gets without opting in, whatever the tile width:
 compact a ring of COMPACT_RING columns written out in strips, fast a ring of rows
 written out in bands.
+
+The kernels are cached on disk (numba-cuda's cache=True, one entry per compute
+capability), keyed on the content of every file of the package rather than on this
+file's time stamp alone, so editing the shared pixel logic recompiles them.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
+from pathlib import Path
+
 import numpy as np
 from numba import config, cuda
 
+import l3codec
 from l3codec import batch, bitio, colour, compact, fast, streams
 from l3codec import format as fmt
 from l3codec.jit import compile_device_functions
@@ -47,7 +56,7 @@ unzigzag = _dev.unzigzag
 WARP = 32
 # Threads of a fast block (one per column pair of a 256-wide tile, as in fast.cu). The
 # simulator runs every thread as a Python thread: one warp keeps its runs short.
-FAST_THREADS = 32 if config.ENABLE_CUDASIM else 128
+FAST_THREADS = 32 if config.ENABLE_CUDASIM else cuda_c.FAST_THREADS
 TILE_SAMPLE = np.dtype(np.uint16)  # shared staging holds 8- and 16-bit samples alike
 MAX_CHANNELS = 4
 MAX_GROUPS = fmt.MAX_TILE_WIDTH // fast.GROUP_SIZE
@@ -103,6 +112,17 @@ def stream_id(items, tasks, task, item, channel):
 
 
 @cuda.jit(device=True, inline="always")
+def task_tile(items, tasks, task):
+    """(item, channels, bits, tile y0, tile x0, tile rows, tile columns) of block `task`."""
+    item = tasks[task, T_ITEM]
+    y0 = tasks[task, T_TILE_Y] * items[item, I_TILE_HEIGHT]
+    x0 = tasks[task, T_TILE_X] * items[item, I_TILE_WIDTH]
+    h = min(items[item, I_TILE_HEIGHT], items[item, I_HEIGHT] - y0)
+    w = min(items[item, I_TILE_WIDTH], items[item, I_WIDTH] - x0)
+    return item, items[item, I_CHANNELS], items[item, I_BITS], y0, x0, h, w
+
+
+@cuda.jit(device=True, inline="always")
 def staged(channel, row, col, ring_rows, ring_columns):
     """Index of a tile sample in a ring-staged 1-D shared array: [channel][row][column]."""
     return (channel * ring_rows + row % ring_rows) * ring_columns + col % ring_columns
@@ -152,23 +172,55 @@ def write_tile(stage, ring_rows, ring_columns, items, item, y0, x0, rows, column
             pos += sample_bytes
 
 
+def source_digest(directories=None) -> str:
+    """SHA-256 of the names and contents of the Python and CUDA sources in `directories` (default:
+    the l3codec package and this kernels package): everything the kernels compile or take constants from."""
+    if directories is None:
+        directories = (Path(l3codec.__file__).parent, Path(__file__).parent)
+    digest = hashlib.sha256()
+    for directory in directories:
+        for path in sorted(Path(directory).glob("*")):
+            if path.suffix in (".py", ".cu", ".cuh"):
+                digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+@functools.cache
+def _content_keyed_cache_class():
+    """numba-cuda's CUDACache with every locator's source stamp (checked before any cached kernel
+    is used) replaced by source_digest(), instead of the kernel file's mtime and size."""
+    from numba.cuda.dispatcher import CUDACache, CUDACacheImpl
+
+    def get_source_stamp(self):
+        return source_digest()
+
+    locators = [type(cls.__name__, (cls,), {"get_source_stamp": get_source_stamp})
+                for cls in CUDACacheImpl._locator_classes]
+    impl = type("ContentKeyedCacheImpl", (CUDACacheImpl,), {"_locator_classes": locators})
+    return type("ContentKeyedCache", (CUDACache,), {"_impl_class": impl})
+
+
+def cached_on_content(kernel):
+    """Turn on kernel's on-disk cache keyed on source_digest() (a no-op in the simulator)."""
+    if not config.ENABLE_CUDASIM:
+        kernel._cache = _content_keyed_cache_class()(kernel.py_func)  # what enable_caching() does
+    return kernel
+
+
+@cached_on_content
 @cuda.jit
 def decode_compact(data, stream_starts, stream_ends, items, tasks, out, status):
     stage = cuda.shared.array(COMPACT_STAGE, dtype=TILE_SAMPLE)
     mapped_slots = cuda.shared.array((2, MAX_CHANNELS, WARP), dtype=np.int64)
     state = cuda.local.array(STATE_SIZE, dtype=np.int64)
+    # per row, its status; per channel, the end-of-stream check: lane 0 reports the first failure
+    row_codes = cuda.shared.array((MAX_CHANNELS, WARP), dtype=np.int32)
+    end_codes = cuda.shared.array(MAX_CHANNELS, dtype=np.int32)
     lane = cuda.threadIdx.x
     channel = cuda.threadIdx.y
     task = cuda.blockIdx.x
-    item = tasks[task, T_ITEM]
-    channels = items[item, I_CHANNELS]
-    bits = items[item, I_BITS]
-    tile_height = items[item, I_TILE_HEIGHT]
+    item, channels, bits, y0, x0, h, w = task_tile(items, tasks, task)
     tile_width = items[item, I_TILE_WIDTH]
-    y0 = tasks[task, T_TILE_Y] * tile_height
-    x0 = tasks[task, T_TILE_X] * tile_width
-    h = min(tile_height, items[item, I_HEIGHT] - y0)
-    w = min(tile_width, items[item, I_WIDTH] - x0)
     half = np.int64(1) << (bits - 1)
     ring = COMPACT_RING
 
@@ -180,6 +232,7 @@ def decode_compact(data, stream_starts, stream_ends, items, tasks, out, status):
     raw_kind = 0
     row_start = np.int64(0)
     row_end = np.int64(0)
+    end_code = STATUS_OK  # checked once every row has passed
     if active:
         stream = stream_id(items, tasks, task, item, channel)
         start = stream_starts[stream]
@@ -198,7 +251,9 @@ def decode_compact(data, stream_starts, stream_ends, items, tasks, out, status):
                     row_start += compact_row_length(data, table_pos, length_bits, row)
                 row_end = row_start + compact_row_length(data, table_pos, length_bits, lane)
                 copy_row = row_end == row_start
-                if row_end > end * 8 or (lane == h - 1 and (row_end + 7) // 8 != end):
+                if lane == h - 1 and (row_end + 7) // 8 != end:
+                    end_code = STATUS_BAD_SIZE  # the stream ends in the byte holding its last bit
+                if row_end > end * 8:
                     code = STATUS_BAD_SIZE
                 elif copy_row and lane == 0:
                     code = STATUS_CORRUPT
@@ -246,9 +301,22 @@ def decode_compact(data, stream_starts, stream_ends, items, tasks, out, status):
 
     if coded and not copy_row and (state[S_POS] != row_end or state[S_ERROR] != 0):
         code = STATUS_CORRUPT
-    report(status, item, code)
+    # the stream's status, as the CPU decoder's: the first failing row, else the end-of-stream check
+    if active:
+        row_codes[channel, lane] = code
+        if lane == h - 1:
+            end_codes[channel] = end_code
+    cuda.syncthreads()
+    if active and lane == 0:
+        code = end_codes[channel]
+        for row in range(h):
+            if row_codes[channel, row] != STATUS_OK:
+                code = row_codes[channel, row]
+                break
+        report(status, item, code)
 
 
+@cached_on_content
 @cuda.jit
 def decode_fast(data, stream_starts, stream_ends, items, tasks, ring_rows, out, status):
     stage = cuda.shared.array(0, dtype=TILE_SAMPLE)
@@ -264,15 +332,8 @@ def decode_fast(data, stream_starts, stream_ends, items, tasks, ring_rows, out, 
     thread = cuda.threadIdx.x
     threads = cuda.blockDim.x
     task = cuda.blockIdx.x
-    item = tasks[task, T_ITEM]
-    channels = items[item, I_CHANNELS]
-    bits = items[item, I_BITS]
-    tile_height = items[item, I_TILE_HEIGHT]
+    item, channels, bits, y0, x0, h, w = task_tile(items, tasks, task)
     tile_width = items[item, I_TILE_WIDTH]
-    y0 = tasks[task, T_TILE_Y] * tile_height
-    x0 = tasks[task, T_TILE_X] * tile_width
-    h = min(tile_height, items[item, I_HEIGHT] - y0)
-    w = min(tile_width, items[item, I_WIDTH] - x0)
     mask = (np.int64(1) << bits) - 1
     groups = groups_per_row(w)
     field_bits = width_field_bits(bits)

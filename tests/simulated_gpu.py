@@ -14,10 +14,11 @@ sys.path.insert(0, os.path.dirname(__file__))
 import numpy as np  # noqa: E402
 
 import l3codec  # noqa: E402
-from corruption import mutate_payload  # noqa: E402
+from corruption import mutate_payload, status_cases  # noqa: E402
 from gpu_cases import crop_regions, encoded_images  # noqa: E402
 from images import make_image  # noqa: E402
 from l3codec import gpu  # noqa: E402
+from l3codec.format import STATUS_MESSAGES  # noqa: E402
 
 
 def host(array):
@@ -56,6 +57,8 @@ def main():
         outcomes.append([cpu_ok, gpu_ok, same_pixels])
     results["corrupt item"] = outcomes
     results["staged in strips and bands"] = staging_cases()
+    results["status cases"] = status_codes()
+    results["fast at 128 threads"] = fast_at_full_block()
     results["out and device items"] = out_and_device_item_cases(images, datas)
     print(json.dumps(results))
 
@@ -89,6 +92,38 @@ def out_and_device_item_cases(images, datas):
     decoded = gpu.decode_batch(cuda.to_device(np.frombuffer(datas[0], np.uint8)), backend="numba")
     outcomes["device item"] = bool(np.array_equal(host(decoded), images[0]))
     return outcomes
+
+
+def batch_status(items) -> int:
+    """The status decode_batch reports for a one-item batch: 0, or the code its L3Error names."""
+    try:
+        gpu.decode_batch(items, backend="numba")
+    except l3codec.L3Error as error:
+        codes = [code for code, message in STATUS_MESSAGES.items() if message in str(error)]
+        assert len(codes) == 1 and "item 0" in str(error), str(error)
+        return codes[0]
+    return 0
+
+
+def status_codes():
+    """{case name: status} for corruption.status_cases, each through decode_batch on its own."""
+    return {name: batch_status([data]) for name, (data, _) in status_cases().items()}
+
+
+def fast_at_full_block():
+    """The fast kernel at its real block of 128 threads (the simulator otherwise uses 32): a tile
+    wider than 2 * 128 columns, so every thread has a column pair and some threads two."""
+    from l3codec.kernels import numba_kernels
+
+    image = make_image("smooth_noise", 5, 300, 3, np.uint8, 8)
+    data = l3codec.encode(image, mode="fast", tile_width=288, tile_height=8)
+    saved = numba_kernels.FAST_THREADS
+    numba_kernels.FAST_THREADS = 128
+    try:
+        assert numba_kernels.launch_geometry(gpu.prepare([data]).launches[0])[2] == (128,)
+        return bool(np.array_equal(host(gpu.decode_batch(data, backend="numba")), image))
+    finally:
+        numba_kernels.FAST_THREADS = saved
 
 
 def staging_cases():

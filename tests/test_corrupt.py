@@ -4,7 +4,14 @@ import numpy as np
 import pytest
 
 import l3codec
-from corruption import flip_bits, mutate_payload, reseal, structural_boundaries, with_header_fields
+from corruption import (
+    flip_bits,
+    mutate_payload,
+    reseal,
+    status_cases,
+    structural_boundaries,
+    with_header_fields,
+)
 from images import make_image
 from l3codec import format as fmt
 
@@ -117,14 +124,41 @@ def test_stream_table_must_increase():
         l3codec.decode(reseal(bytes(buf)))
 
 
+def _stream_padding_bit(data):
+    """(byte, bit) of a padding bit at the end of a coded compact stream: changing it leaves the
+    pixels alone (docs/FORMAT.md §9) and only the payload checksum notices."""
+    parsed = fmt.parse(data)
+    info = parsed.info
+    bits = np.unpackbits(np.frombuffer(data, np.uint8), bitorder="little")
+    for stream, (start, end) in enumerate(zip(parsed.stream_starts, parsed.stream_ends)):
+        if data[start] != fmt.KIND_CODED:
+            continue
+        rows = min(fmt.COMPACT_TILE_HEIGHT, info.height - stream // info.channels // info.tiles_x * 32)
+        length_bits = data[start + 7]
+        table = bits[(start + 8) * 8:(start + 8) * 8 + rows * length_bits].reshape(rows, length_bits)
+        used = 8 * (8 + (rows * length_bits + 7) // 8) + int((table << np.arange(length_bits)).sum())
+        if used % 8:
+            return int(end - 1), 7
+    raise AssertionError("no stream ends in a partly used byte")
+
+
 def test_payload_checksum_can_be_skipped():
-    parsed = fmt.parse(FILES["compact_rgb"])
-    buf = bytearray(FILES["compact_rgb"])
-    buf[-1] ^= 0x80  # the last byte of the last stream: padding bits or data
+    """verify=False skips the payload CRC: damage the streams cannot see decodes to the same pixels,
+    damage that breaks a stream's structure still raises (README, "Bad input")."""
+    data = FILES["compact_rgb"]
+    expected = l3codec.decode(data)
+    byte, bit = _stream_padding_bit(data)
+    padded = bytearray(data)
+    padded[byte] ^= 1 << bit
     with pytest.raises(l3codec.L3Error, match="payload checksum"):
-        l3codec.decode(bytes(buf))
-    _decodes_or_raises(bytes(buf), verify=False)
-    assert parsed.payload_offset < len(buf)
+        l3codec.decode(bytes(padded))
+    np.testing.assert_array_equal(l3codec.decode(bytes(padded), verify=False), expected)
+    broken = bytearray(data)
+    broken[fmt.parse(data).payload_offset] = 7  # the first stream's kind byte
+    with pytest.raises(l3codec.L3Error, match="payload checksum"):
+        l3codec.decode(bytes(broken))
+    with pytest.raises(l3codec.L3Error, match="corrupt stream .tile 0, channel 0.: unknown stream kind"):
+        l3codec.decode(bytes(broken), verify=False)
 
 
 @pytest.mark.parametrize("data", [b"", b"L3IM", bytes(44), 12345, None, memoryview(bytes(200))[::2]])
@@ -133,19 +167,21 @@ def test_not_bytes_or_too_short(data):
         l3codec.decode(data)
 
 
-def _pack_bits(bits):
-    bits = bits + [0] * (-len(bits) % 8)
-    return bytes(sum(bits[i * 8 + j] << j for j in range(8)) for i in range(len(bits) // 8))
-
-
 def test_run_past_the_row_end_is_rejected():
-    """A hand-made stream, checksums valid: run index 31 codes a 100-sample run in a 16-wide row."""
-    row = [0] + [(100 >> i) & 1 for i in range(15)] + [1]  # '0', run length in 15 bits, interruption m=0
-    length_bits = len(row).bit_length()
-    header = bytes([fmt.KIND_CODED, 31, 0, 0, 0, 0, 0, length_bits])
-    stream = header + _pack_bits([(len(row) >> i) & 1 for i in range(length_bits)]) + _pack_bits(row)
-    data = fmt.pack(width=16, height=1, channels=1, bits=8, mode=fmt.MODE_COMPACT, transform=0,
-                    tile_width=16, tile_height=32, stream_ends=[len(stream)], payload=stream)
+    """A hand-made stream, checksums valid: run index 31 codes a 100-sample run in a 16-wide row
+    whose 17 bits match its row-length entry."""
+    data, _ = status_cases()["compact run past the row end"]
     assert l3codec.info(data).shape == (1, 16)
     with pytest.raises(l3codec.L3Error, match="corrupt stream"):
         l3codec.decode(data)
+
+
+@pytest.mark.parametrize("name, case", sorted(status_cases().items()))
+def test_hand_made_faults_raise_the_status_message(name, case):
+    """The CPU decoder's message for each status of corruption.status_cases (GPU tests check the codes)."""
+    data, code = case
+    if code == fmt.STATUS_OK:
+        assert l3codec.decode(data).shape == l3codec.info(data).shape
+    else:
+        with pytest.raises(l3codec.L3Error, match=fmt.STATUS_MESSAGES[code]):
+            l3codec.decode(data)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import l3codec
+from corruption import status_cases
 from gpu_cases import crop_regions, encoded_images
 
 TESTS = pathlib.Path(__file__).parent
@@ -58,6 +59,48 @@ def test_simulated_corrupt_item_is_reported_like_the_cpu(simulated):
         assert cpu_ok == gpu_ok
         assert consistent  # same pixels when both decode; the error names item 1 when both refuse
     assert any(not cpu_ok for cpu_ok, _, _ in outcomes)
+
+
+def test_simulated_hand_made_faults_give_the_cpu_decoders_status(simulated):
+    """corruption.status_cases through decode_batch(backend="numba"): every status code, a run past
+    the row end, and streams with several faults, where the first failing row decides."""
+    expected = {name: code for name, (_, code) in status_cases().items()}
+    assert simulated["status cases"] == expected
+
+
+def test_simulated_fast_kernel_at_its_real_block_size(simulated):
+    assert simulated["fast at 128 threads"] is True
+
+
+def test_kernels_are_cached_on_the_content_of_what_they_compile(tmp_path):
+    """numba-cuda's on-disk cache checks a source stamp before using a cached kernel: it must be the
+    content digest of every file the kernels compile, not numba_kernels.py's mtime and size, so
+    editing compact.py (say INITIAL_COUNT) or a kernels/ file recompiles them."""
+    import shutil
+
+    from numba.cuda.dispatcher import CUDACache
+
+    from l3codec.kernels import numba_kernels
+
+    digest = numba_kernels.source_digest()
+    for name in numba_kernels.SIGNATURES:
+        cache = getattr(numba_kernels, name)._cache
+        assert isinstance(cache, CUDACache)
+        assert cache._impl.locator.get_source_stamp() == digest
+        assert cache._cache_file._source_stamp == digest  # what a cached index must carry to be used
+    package, kernels = tmp_path / "l3codec", tmp_path / "kernels"
+    shutil.copytree(pathlib.Path(l3codec.__file__).parent, package,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(pathlib.Path(numba_kernels.__file__).parent, kernels,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    assert numba_kernels.source_digest((package, kernels)) == digest
+    source = (package / "compact.py").read_text()
+    (package / "compact.py").write_text(source.replace("INITIAL_COUNT = 1", "INITIAL_COUNT = 2"))
+    edited = numba_kernels.source_digest((package, kernels))
+    assert edited != digest
+    (package / "compact.py").write_text(source)
+    (kernels / "l3_common.cuh").write_text((kernels / "l3_common.cuh").read_text() + "\n")
+    assert numba_kernels.source_digest((package, kernels)) not in (digest, edited)
 
 
 def test_kernels_type_check_for_sm90():
