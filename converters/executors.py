@@ -89,7 +89,8 @@ class DaskExecutor:
     def as_completed(self, futures):
         from distributed import as_completed
 
-        return as_completed(list(futures))
+        with self._client.as_current():  # as_completed finds its client as the current one
+            yield from as_completed(list(futures))
 
     def shutdown(self, cancel: bool = False) -> None:
         self._client.close()
