@@ -11,6 +11,7 @@ from __future__ import annotations
 import concurrent.futures
 import multiprocessing
 import os
+import signal
 
 _progress_queue = None  # set in each pool process: where per-image progress goes
 
@@ -23,6 +24,8 @@ def progress_sink():
 def _init_pool_process(queue) -> None:
     global _progress_queue
     _progress_queue = queue
+    # Ctrl-C reaches the whole process group: the coordinator handles it and stops the workers.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     # One Numba thread per process, so N processes use N cores and do not oversubscribe them.
     os.environ["NUMBA_NUM_THREADS"] = "1"
 
@@ -67,6 +70,9 @@ class PoolExecutor:
         return concurrent.futures.as_completed(futures)
 
     def shutdown(self, cancel: bool = False) -> None:
+        if cancel:  # interrupted or failed: stop the shards in flight too (their temporary files stay behind)
+            for process in list((self._pool._processes or {}).values()):
+                process.terminate()
         self._pool.shutdown(wait=True, cancel_futures=cancel)
 
 

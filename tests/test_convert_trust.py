@@ -228,3 +228,29 @@ def test_inspect_checks_checksums_and_decodes_deeply(tmp_path, capsys):
     assert any("checksum mismatch" in problem for problem in report["problems"])
     assert any(reader.key(1) in problem for problem in report["problems"])
     assert l3convert(["inspect", str(tmp_path / "dst")]) == 1
+
+
+def test_ctrl_c_stops_a_pool_run_cleanly_and_resume_finishes_it(tmp_path):
+    expected = folder_tree(tmp_path / "src", per_class=5)
+    dst = tmp_path / "dst"
+    (dst / "train").mkdir(parents=True)
+    blocker = dst / "train" / "shard-000006.tar.tmp"
+    os.mkfifo(blocker)  # one worker blocks on shard 6 until interrupted
+    command = [sys.executable, "-m", "l3codec.converters.cli", "folder", str(tmp_path / "src"), str(dst),
+               "--workers", "2", "--shard-size", "1", "--resume", "--no-progress"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    records = dst / ".l3convert" / "train"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and process.poll() is None and not (
+            records.is_dir() and len(list(records.glob("*.json"))) == 9):
+        time.sleep(0.05)
+    assert process.poll() is None, process.stderr.read()
+    os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole process group
+    _, error = process.communicate(timeout=60)
+    assert process.returncode == 130
+    assert b"interrupted; finished shards are kept" in error and b"Traceback" not in error
+    assert not (dst / "manifest.json").exists()
+    blocker.unlink()
+    summary = convert("folder", tmp_path / "src", dst, workers=0, shard_size="1", resume=True, progress=False)
+    assert summary.shards_reused == 9 and summary.samples == 10
+    assert_matches_source(dst, expected)
