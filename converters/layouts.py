@@ -144,15 +144,17 @@ def find_cityscapes(src: str, *, split: str | None = None, annotations: str = "g
                 files = [("image", os.path.join(split_images, city, file_name))]
                 if labelled:
                     prefix = os.path.join(labels_root, city, f"{stem}_{annotations}_")
+                    # a kind of label map found for any sample is expected of all (those without it fail)
                     files += [(member, prefix + suffix) for member, suffix in CITYSCAPES_LABELS.items()]
-                    polygons = prefix + "polygons.json"
-                    if os.path.exists(polygons):
-                        files.append(("json", polygons))
+                    files.append(("json", prefix + "polygons.json"))
                 samples.append(SourceSample(_sample_key(stem), tuple(files)))
         if not samples:
             raise LayoutError(f"expected {split_images}/{{city}}/*_leftImg8bit.png, found {_listing(split_images)}")
-        splits[name] = samples
-        fields[name] = ("image", *CITYSCAPES_LABELS) if labelled else ("image",)
+        present = {member for sample in samples for member, path in sample.files[1:] if os.path.exists(path)}
+        splits[name] = [SourceSample(sample.key, tuple((member, path) for member, path in sample.files
+                                                       if member == "image" or member in present), sample.label)
+                        for sample in samples]
+        fields[name] = ("image", *(member for member in CITYSCAPES_LABELS if member in present))
     if not splits:
         raise LayoutError(f"expected split directories (train, val, test) in {images_root}, found none")
     return Layout("cityscapes", splits, fields)

@@ -111,12 +111,12 @@ class Summary:
 
 # -- worker side ----------------------------------------------------------------------------------------
 
-def _read_file(path: str) -> bytes:
+def _read_file(path: str, member: str) -> bytes:
     try:
         with open(path, "rb") as file:
             return file.read()
     except OSError as error:
-        raise SourceError(f"unreadable: {error.strerror or error}") from error
+        raise SourceError(f"{member} {path} unreadable: {error.strerror or error}") from error
 
 
 def _encode_sample(sample, fields, options) -> tuple:
@@ -125,12 +125,12 @@ def _encode_sample(sample, fields, options) -> tuple:
     paths = dict(sample.files)
     for member, path in sample.files:
         if member == "json":
-            json_bytes = _read_file(path)
+            json_bytes = _read_file(path, member)
             source_bytes += len(json_bytes)
             continue
         if member not in fields:
             continue
-        data = _read_file(path)
+        data = _read_file(path, member)
         source_bytes += len(data)
         try:
             arrays[member], member_notes = decode_source(data, exif_transpose=options["exif_transpose"])

@@ -133,3 +133,22 @@ def test_manifest_records_counts_and_checksums(tmp_path):
         data = (tmp_path / "dst" / "train" / shard["name"]).read_bytes()
         assert len(data) == shard["bytes"] and hashlib.sha256(data).hexdigest() == shard["sha256"]
     assert not (tmp_path / "dst" / ".l3convert").exists()
+
+
+def test_cityscapes_takes_the_label_kinds_present_and_reports_samples_missing_one(tmp_path):
+    expected = cityscapes_tree(tmp_path / "src")
+    for path in (tmp_path / "src" / "gtFine").rglob("*"):
+        if path.name.endswith(("_color.png", "_polygons.json")):
+            path.unlink()
+    missing = next((tmp_path / "src" / "gtFine").rglob("*_instanceIds.png"))
+    missing.unlink()
+    summary = convert("cityscapes", tmp_path / "src", tmp_path / "dst", split="train", workers=0, progress=False)
+    train = open_dataset(tmp_path / "dst", "train")
+    assert train.fields == ("image", "labelIds", "instanceIds") and train.members == train.fields
+    assert len(train) == len(expected["train"]) - 1
+    [failure] = summary.failures
+    assert failure["key"] == missing.name.replace("_gtFine_instanceIds.png", "")
+    assert "instanceIds" in failure["error"] and "unreadable" in failure["error"]
+    for i in range(len(train)):
+        for field in train.fields:
+            assert np.array_equal(decoded(train, i, field), expected["train"][train.key(i)][field])
