@@ -82,6 +82,7 @@ class Summary:
     shards_reused: int = 0
     wall_seconds: float = 0.0
     verified: bool = False
+    workers: int = 1
     per_split: dict = field(default_factory=dict)
 
     @property
@@ -102,6 +103,9 @@ class Summary:
         lines.append(f"{self.shards} shards ({self.shards_reused} reused), wall {self.wall_seconds:.1f} s, "
                      f"{rate:.1f} images/s, {self.source_bytes / 1e6 / max(self.wall_seconds, 1e-9):.1f} MB/s"
                      + (", every sample verified" if self.verified else ""))
+        if self.shards - self.shards_reused < self.workers and self.shards > self.shards_reused:
+            lines.append(f"  note: {self.shards - self.shards_reused} shards for {self.workers} workers left some "
+                         "idle (a worker converts whole shards): a smaller --shard-size spreads the work")
         for failure in self.failures[:10]:
             lines.append(f"  skipped {failure['split']}/{failure['key']}: {failure['error']} ({failure['source']})")
         if len(self.failures) > 10:
@@ -446,6 +450,7 @@ def convert(layout: str, src, dst, /, *, split: str | None = None, mode: str = "
     except OSError as error:
         raise _destination_error(error, dst) from error
     summary.shards_reused = reused
+    summary.workers = getattr(executor, "workers", 1)
     return summary
 
 
