@@ -414,9 +414,9 @@ def convert(layout: str, src, dst, /, *, split: str | None = None, mode: str = "
                     "max_side": max_side, "resize_short": resize_short, "exif_transpose": exif_transpose,
                     "annotations": annotations if layout == "cityscapes" else None}
     fingerprint = _plan_fingerprint(found.name, tasks, byte_options)
+    if resume and os.path.exists(os.path.join(dst, dataset.MANIFEST_NAME)):
+        return _summary_from_manifest(dst, fingerprint, started)
     _prepare_destination(dst, fingerprint, resume, found.splits)
-    if os.path.exists(os.path.join(dst, dataset.MANIFEST_NAME)):
-        return _summary_from_manifest(dst, started)
     worker_options = {**byte_options, "verify": verify}
     records = {}
     pending = []
@@ -446,7 +446,7 @@ def convert(layout: str, src, dst, /, *, split: str | None = None, mode: str = "
         bar.close()
         executor.shutdown(cancel=interrupted)
     try:
-        summary = _finish(found, src, dst, tasks, records, byte_options, verify, started)
+        summary = _finish(found, src, dst, tasks, records, byte_options, verify, fingerprint, started)
     except OSError as error:
         raise _destination_error(error, dst) from error
     summary.shards_reused = reused
@@ -454,7 +454,7 @@ def convert(layout: str, src, dst, /, *, split: str | None = None, mode: str = "
     return summary
 
 
-def _finish(found, src, dst, tasks, records, byte_options, verify, started) -> Summary:
+def _finish(found, src, dst, tasks, records, byte_options, verify, fingerprint, started) -> Summary:
     """Write every split's index, then the manifest; drop the work directory."""
     summary = Summary(dst=dst, verified=verify)
     splits = {}
@@ -501,14 +501,19 @@ def _finish(found, src, dst, tasks, records, byte_options, verify, started) -> S
         "splits": splits,
         "failures": summary.failures,
         "pixel_notes": notes,
+        "plan_fingerprint": fingerprint,
     })
     shutil.rmtree(os.path.join(dst, WORK_DIR), ignore_errors=True)
     summary.wall_seconds = time.perf_counter() - started
     return summary
 
 
-def _summary_from_manifest(dst: str, started: float) -> Summary:
+def _summary_from_manifest(dst: str, fingerprint: str, started: float) -> Summary:
+    """--resume on a finished dataset: nothing to do if it is the same conversion."""
     manifest = dataset.read_manifest(dst)
+    if manifest.get("plan_fingerprint") != fingerprint:
+        raise ConvertError(f"{dst} already holds a finished conversion of other sources or options; "
+                           "delete it to convert again")
     summary = Summary(dst=dst, failures=list(manifest.get("failures", [])))
     for name, split in manifest["splits"].items():
         summary.per_split[name] = {key: split[key] for key in ("samples", "failures", "source_bytes", "l3_bytes")}

@@ -99,6 +99,12 @@ def test_resume_after_sigkill_is_identical_to_an_uninterrupted_run(tmp_path):
         assert os.stat(dst / "train" / name).st_mtime_ns == mtime
     assert tree_files(dst) == tree_files(tmp_path / "whole")
     assert_matches_source(dst, expected)
+    again = convert("folder", tmp_path / "src", dst, workers=0, shard_size="1", resume=True, progress=False)
+    assert again.shards_reused == again.shards == 10 and tree_files(dst) == tree_files(tmp_path / "whole")
+    with pytest.raises(ConvertError, match="finished conversion of other sources or options"):
+        convert("folder", tmp_path / "src", dst, workers=0, mode="fast", resume=True, progress=False)
+    with pytest.raises(ConvertError, match="already holds a converted dataset"):
+        convert("folder", tmp_path / "src", dst, workers=0, shard_size="1", progress=False)
 
 
 def test_resume_refuses_changed_sources(tmp_path):
