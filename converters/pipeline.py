@@ -14,6 +14,7 @@ import errno
 import hashlib
 import json
 import os
+import queue as queue_module
 import shutil
 import sys
 import threading
@@ -358,9 +359,7 @@ class _Progress:
             self._thread = threading.Thread(target=self._drain, daemon=True)
             self._thread.start()
 
-    def _drain(self):
-        import queue as queue_module
-
+    def _drain(self) -> None:
         while not self._stop.is_set():
             try:
                 images, source_bytes, _ = self.queue.get(timeout=0.2)
@@ -383,6 +382,12 @@ class _Progress:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=1)
+            try:  # what the workers reported after the drain stopped
+                while True:
+                    images, source_bytes, _ = self.queue.get_nowait()
+                    self.advance(images, source_bytes)
+            except (queue_module.Empty, OSError, EOFError, ValueError):
+                pass
         if self.bar is not None:
             self.bar.close()
 

@@ -372,8 +372,7 @@ class DatasetReader:
 
     def shape(self, i: int, field: str = "image") -> tuple:
         if field not in self.fields:
-            self._check_member(field if field in self.members else field)
-            raise KeyError(f"{field!r} is not an image field")
+            raise KeyError(f"split {self.split!r} has no image field {field!r}; it has {list(self.fields)}")
         row = self._row(i)
         return (int(row[f"{field}_height"]), int(row[f"{field}_width"]), int(row[f"{field}_channels"]))
 
