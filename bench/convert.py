@@ -5,7 +5,9 @@
 Throughput: images/s and source MB/s for 1 worker (in process, one Numba thread) and for all cores
 (a process pool, one Numba thread per process), each with and without --verify, on the corpus (an
 ImageFolder tree) and on a generated ImageNet-like tree of JPEGs. Wall time is the conversion's own,
-from planning to the manifest, after a warm-up run has loaded Numba's compiled code.
+from planning to the manifest (pool start included), after warm-up runs have loaded Numba's compiled
+code here and in the pool's forkserver. Shard sizes are chosen per source for --shards-per-worker
+shards per worker, since a worker converts whole shards.
 Sizes: per layout (folder = the corpus, cityscapes = hires2048 + labels arranged as Cityscapes,
 imagenet = the synthetic tree) and mode, L3 bytes against source bytes, and the container's overhead:
 (shards + .idx + index.npy + manifest - L3 member bytes) / L3 member bytes.
@@ -220,7 +222,9 @@ def main(argv=None) -> int:
                "throughput": [], "derived": {}, "sizes": []}
     for name, layout, src in sources:
         shard_size = shard_size_for(src, args.shards_per_worker * args.workers)
-        run(layout, src, work, workers=0, verify=True, shard_size=shard_size)  # warm-up: Numba, page cache
+        # warm-up: Numba's compiled code in this process and in the pool's forkserver, the page cache
+        for workers in (0, args.workers):
+            run(layout, src, work, workers=workers, verify=True, shard_size=shard_size)
         rows = {}
         for workers in (1, args.workers):
             for verify in (False, True):
