@@ -286,12 +286,7 @@ class DatasetReader:
         path = self._path(*parts)
         if self.remote:
             fs = self._filesystem()
-            try:
-                return fs.cat_file(path)
-            except FileNotFoundError:
-                raise
-            except OSError as error:
-                raise FileNotFoundError(f"cannot read {path}: {error}") from error
+            return fs.cat_file(path)
         with open(path, "rb") as file:
             return file.read()
 
