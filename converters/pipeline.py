@@ -372,7 +372,7 @@ class _Progress:
         if self.bar is not None:
             self.bar.update(images)
             seconds = max(time.perf_counter() - self.started, 1e-9)
-            self.bar.set_postfix_str(f"{self.source_bytes / 1e6 / seconds:.1f} MB/s", refresh=False)
+            self.bar.set_postfix_str(f"{self.source_bytes / 1e6 / seconds:.3g} MB/s", refresh=False)
 
     def shard_done(self, record: dict) -> None:
         if self.queue is None:
