@@ -130,8 +130,11 @@ class ShardWriter:
             raise L3Error(f"sample key {key!r} must be non-empty, relative and hold no '.'")
         if set(images) != set(self.fields):
             raise L3Error(f"sample {key!r} has fields {sorted(images)}, the shard expects {sorted(self.fields)}")
+        encoded = key.encode()
+        if len(encoded) > self.dtype["key"].itemsize:
+            raise L3Error(f"sample key {key!r} is longer than the index's {self.dtype['key'].itemsize} bytes")
         row = np.zeros((), self.dtype)
-        row["key"] = key.encode()
+        row["key"] = encoded
         row["shard"] = self.number
         row["label"] = label
         row["source_bytes"] = source_bytes
