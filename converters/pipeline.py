@@ -127,7 +127,6 @@ def _read_file(path: str, member: str) -> bytes:
 def _encode_sample(sample, fields, options) -> tuple:
     """(images {field: bytes}, infos, json bytes, source bytes, notes) or SourceError."""
     arrays, source_bytes, notes, json_bytes = {}, 0, [], None
-    paths = dict(sample.files)
     for member, path in sample.files:
         if member == "json":
             json_bytes = _read_file(path, member)
@@ -144,7 +143,7 @@ def _encode_sample(sample, fields, options) -> tuple:
         notes += member_notes
     missing = [member for member in fields if member not in arrays]
     if missing:
-        raise SourceError(f"missing {', '.join(missing)} ({paths})")
+        raise SourceError(f"no source file for {', '.join(missing)}")
     base = arrays["image"].shape[:2]
     for member, array in arrays.items():
         if array.shape[:2] != base:
@@ -218,18 +217,9 @@ def convert_shard(task: ShardTask, options: dict, dst: str) -> dict:
     record.update(split=task.split, failures=failures, notes=notes, source_bytes=source_total,
                   l3_bytes=written_total, seconds=time.perf_counter() - started)
     rows_path, record_path = _record_paths(dst, task.split, task.number)
-    buffer = _npy_bytes(rows)
-    dataset.write_atomic(rows_path, buffer)
+    dataset.write_atomic(rows_path, dataset.npy_bytes(rows))
     dataset.write_atomic(record_path, json.dumps(record).encode())
     return record
-
-
-def _npy_bytes(rows: np.ndarray) -> bytes:
-    import io
-
-    buffer = io.BytesIO()
-    np.save(buffer, rows, allow_pickle=False)
-    return buffer.getvalue()
 
 
 def _load_record(dst: str, split: str, number: int) -> dict | None:

@@ -205,12 +205,17 @@ def write_atomic(path, data: bytes) -> None:
     os.replace(temporary, path)
 
 
-def write_index(directory, rows: np.ndarray) -> str:
-    """Write a split's index.npy (rows in sample order); its path."""
+def npy_bytes(rows: np.ndarray) -> bytes:
+    """Index rows as the bytes of a .npy file."""
     buffer = io.BytesIO()
     np.save(buffer, np.ascontiguousarray(rows), allow_pickle=False)
+    return buffer.getvalue()
+
+
+def write_index(directory, rows: np.ndarray) -> str:
+    """Write a split's index.npy (rows in sample order); its path."""
     path = os.path.join(os.fspath(directory), INDEX_NAME)
-    write_atomic(path, buffer.getvalue())
+    write_atomic(path, npy_bytes(rows))
     return path
 
 
