@@ -24,12 +24,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import l3codec
-from l3codec import dataset
+from l3codec import dataset, sources
 from l3codec.format import MODES, L3Error
+from l3codec.sources import UnreadableSource
 
 from . import executors
 from .layouts import find_layout
-from .pixels import LOSSY_SUFFIXES, SourceError, decode_source, resize, target_size
+from .pixels import LOSSY_SUFFIXES, resize, target_size
 
 WORK_DIR = ".l3convert"
 LABEL_FIELDS = ("labelIds", "instanceIds", "color")  # always stored compact, never resized smoothly
@@ -121,11 +122,11 @@ def _read_file(path: str, member: str) -> bytes:
         with open(path, "rb") as file:
             return file.read()
     except OSError as error:
-        raise SourceError(f"{member} {path} unreadable: {error.strerror or error}") from error
+        raise UnreadableSource(f"{member} {path} unreadable: {error.strerror or error}") from error
 
 
 def _encode_sample(sample, fields, options) -> tuple:
-    """(images {field: bytes}, infos, json bytes, source bytes, notes) or SourceError."""
+    """(images {field: bytes}, infos, json bytes, source bytes, notes) or UnreadableSource."""
     arrays, source_bytes, notes, json_bytes = {}, 0, [], None
     for member, path in sample.files:
         if member == "json":
@@ -137,17 +138,17 @@ def _encode_sample(sample, fields, options) -> tuple:
         data = _read_file(path, member)
         source_bytes += len(data)
         try:
-            arrays[member], member_notes = decode_source(data, exif_transpose=options["exif_transpose"])
-        except SourceError as error:
-            raise SourceError(f"{member} {path}: {error}") from error
+            arrays[member], member_notes = sources.read(data, exif_transpose=options["exif_transpose"])
+        except UnreadableSource as error:
+            raise UnreadableSource(f"{member} {path}: {error}") from error
         notes += member_notes
     missing = [member for member in fields if member not in arrays]
     if missing:
-        raise SourceError(f"no source file for {', '.join(missing)}")
+        raise UnreadableSource(f"no source file for {', '.join(missing)}")
     base = arrays["image"].shape[:2]
     for member, array in arrays.items():
         if array.shape[:2] != base:
-            raise SourceError(f"{member} is {array.shape[:2]}, the image is {base}")
+            raise UnreadableSource(f"{member} is {array.shape[:2]}, the image is {base}")
     size = target_size(*base, max_side=options["max_side"], resize_short=options["resize_short"])
     images, infos = {}, {}
     for member, array in arrays.items():
@@ -193,7 +194,7 @@ def convert_shard(task: ShardTask, options: dict, dst: str) -> dict:
             image_path = dict(sample.files)["image"]
             try:
                 images, infos, json_bytes, source_bytes, sample_notes = _encode_sample(sample, task.fields, options)
-            except (SourceError, VerifyError, L3Error) as error:
+            except (UnreadableSource, VerifyError, L3Error) as error:
                 kind = "verify" if isinstance(error, VerifyError) else "source"
                 failures.append({"split": task.split, "key": sample.key, "source": image_path,
                                  "kind": kind, "error": str(error)})

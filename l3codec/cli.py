@@ -11,8 +11,9 @@ processed, and the exit status is then 1. Outputs are planned before anything is
 written: two inputs with one output, or -o naming a file for several inputs, refuse
 the whole command (exit status 2).
 
-Inputs are read with OpenCV under the pixel policy of l3codec/sources.py (palettes
-expanded, CMYK converted, each noted on stderr). Outputs are PNG with the image's own
+Inputs are read under the pixel policy of l3codec/sources.py, shared with l3convert and
+the Pillow plugin (truncated files refused, palettes expanded, CMYK converted, each
+conversion noted on stderr). Outputs are PNG with the image's own
 channel count (1-4) and bit depth.
 """
 
@@ -227,14 +228,16 @@ def _check(args, source: Path, _target=None) -> None:
 
 
 ENCODE_POLICY = """\
-pixels (read with OpenCV; each conversion is noted on stderr, one line per file):
+pixels (read with Pillow, as l3convert reads them; each conversion is noted on
+stderr, one line per file; a truncated or corrupt file is refused):
   kept as stored   grey, grey+alpha, RGB, RGBA; 8 or 16 bits
   palette          expanded to RGB (RGBA with transparency): L3 stores no palette;
                    for a label map kept as palette indices, encode the indices from
                    Python (numpy.asarray(PIL.Image.open(path)))
   1/2/4-bit grey   scaled to 8 bits (0/1 becomes 0/255)
+  tRNS colour      made an alpha channel (dropped on 16-bit grey)
   CMYK             converted to RGB
-  grey+alpha TIFF  refused (OpenCV drops its alpha): save it as PNG first
+  other modes      (YCbCr, LAB, F, 32-bit) refused: convert them first
   EXIF orientation not applied: pixels as stored"""
 
 

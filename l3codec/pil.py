@@ -16,10 +16,11 @@ Opening reads only the header; pixels are decoded (and checksums verified) on
 opening one raises :class:`l3codec.L3Error` right away; read those with
 :func:`l3codec.imread` instead.
 
-Saving follows the pixel policy of the ``l3`` tool (l3codec/sources.py), and warns
-(``UserWarning``) whenever it converts: "P" is stored expanded to "RGB" ("RGBA" when it
-has transparency) and "PA" to "RGBA", since L3 stores no palette; "1" is stored as "L"
-(0/255); "CMYK" is converted to "RGB". "I;16L"/"I;16B" are stored as "I;16", and "I" as
+Saving follows the pixel policy of the ``l3`` tool (one function,
+:func:`l3codec.sources.image_array`), and warns (``UserWarning``) whenever it converts: "P"
+is stored expanded to "RGB" ("RGBA" when it has transparency) and "PA" to "RGBA", since L3
+stores no palette; "L"/"RGB" with a transparent colour become "LA"/"RGBA"; "1" is stored as
+"L" (0/255); "CMYK" is converted to "RGB". "I;16L"/"I;16B" are stored as "I;16", and "I" as
 "I;16" when all values fit in 0..65535 (the values unchanged, so without a warning).
 Any other mode ("YCbCr", "F", ...) raises ``OSError``: convert it yourself first.
 """
@@ -84,30 +85,15 @@ class L3Decoder(ImageFile.PyDecoder):
 
 
 def _as_array(im: Image.Image) -> np.ndarray:
-    """The pixels of im as an array l3codec can encode, converted under the l3 tool's policy."""
-    mode = im.mode
-    if mode in ("P", "PA"):
-        target = "RGBA" if mode == "PA" or "transparency" in im.info else "RGB"
-        return _converted(im, target, sources.PALETTE_NOTE.format(layout=target))
-    if mode == "1":
-        return _converted(im, "L", sources.LOW_BITS_NOTE.format(bits=1))
-    if mode == "CMYK":
-        return _converted(im, "RGB", sources.CMYK_NOTE)
-    if mode in ("I;16L", "I;16B", "I"):
-        pixels = np.asarray(im)
-        if mode == "I" and pixels.size and (pixels.min() < 0 or pixels.max() > 0xFFFF):
-            raise OSError("cannot write mode I as L3: values outside 0..65535")
-        return pixels.astype(np.uint16)
-    if mode not in _MODES.values():
-        supported = ", ".join(_MODES.values())
-        raise OSError(f"cannot write mode {mode} as L3; convert it to one of {supported} first")
-    return np.asarray(im)
-
-
-def _converted(im: Image.Image, mode: str, note: str) -> np.ndarray:
-    # stacklevel 5: the caller of Image.save, through Pillow's save, _save and _as_array
-    warnings.warn(f"L3 plugin, saving a {im.mode} image: {note}", UserWarning, stacklevel=5)
-    return np.asarray(im.convert(mode))
+    """The pixels of im as an array l3codec can encode, under the l3 tool's pixel policy."""
+    try:
+        pixels, notes = sources.image_array(im)
+    except sources.UnreadableSource as error:
+        raise OSError(f"cannot write mode {im.mode} as L3: {error}") from None
+    if notes:
+        # stacklevel 4: the caller of Image.save, through Pillow's save and _save
+        warnings.warn(f"L3 plugin, saving a {im.mode} image: {'; '.join(notes)}", UserWarning, stacklevel=4)
+    return pixels
 
 
 def _save(im: Image.Image, fp, filename) -> None:

@@ -1,150 +1,145 @@
 """Source images (PNG, JPEG, TIFF, GIF, BMP, WebP ...) read for encoding, under one pixel policy.
 
-OpenCV decodes the pixels; the file's own header says how they were stored, so that what
-OpenCV changes on the way is either undone or reported, never silent:
+The ``l3`` tool (l3codec/cli.py), the Pillow plugin's save (l3codec/pil.py) and ``l3convert``
+(converters/pipeline.py) all use it. Pillow decodes, and refuses truncated or corrupt files
+(libjpeg through OpenCV would fill a truncated JPEG with grey); 16-bit colour PNGs, which Pillow
+narrows to 8 bits, take their pixels from OpenCV once Pillow has checked the whole file.
 
-- kept as stored: grey, grey+alpha, RGB and RGBA, 8 or 16 bits (OpenCV's BGR order is
-  undone, and the grey+alpha it widens to 4 channels is taken back to 2);
-- a palette (PNG, GIF, BMP, TIFF) is expanded to its colours: RGB, RGBA where it has
-  transparency (grey where OpenCV finds a grey palette): L3 stores no palette;
-- PNG grey of 1, 2 or 4 bits is scaled to 8 bits (a 1-bit 0/1 becomes 0/255);
-- a PNG transparent colour (tRNS) becomes an alpha channel, or is dropped, as OpenCV does;
-- CMYK (JPEG, TIFF) is converted to RGB;
-- a grey+alpha TIFF, whose alpha OpenCV drops, is refused.
+- kept as stored: grey, grey+alpha, RGB and RGBA, 8 or 16 bits (16-bit colour from PNG only);
+- a palette is expanded to its colours: RGB, RGBA where it has transparency (L3 stores no palette);
+- 1-, 2- and 4-bit grey is scaled to 8 bits (a 1-bit 0/1 becomes 0/255);
+- a transparent colour (PNG tRNS on grey or RGB) becomes an alpha channel (dropped on 16 bits);
+- CMYK is converted to RGB;
+- mode "I" is kept as 16 bits when every value fits, refused otherwise; any other mode
+  (YCbCr, LAB, HSV, F ...) is refused: convert it first;
+- EXIF orientation is ignored (pixels as stored, as torchvision's ImageFolder gives them)
+  unless ``exif_transpose=True``.
 
-Each change is returned as a short note for the caller to print. The Pillow plugin
-(l3codec/pil.py) applies the same policy to Pillow's modes.
+Each change is returned as a short note, the same text everywhere: the ``l3`` tool prints
+``l3: PATH: note: ...``, the plugin warns, the converter counts them in its manifest.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import io
 
 import numpy as np
+
+from .format import MAX_PIXELS
 
 PALETTE_NOTE = "palette expanded to {layout} (L3 stores no palette)"
 CMYK_NOTE = "CMYK converted to RGB"
 LOW_BITS_NOTE = "{bits}-bit grey scaled to 8-bit (0..255)"
+TRANSPARENT_COLOUR_NOTE = "transparent colour (tRNS) {outcome}"
+EXIF_NOTE = "EXIF orientation applied"
 
-_LAYOUTS = {1: "grey", 2: "grey+alpha", 3: "RGB", 4: "RGBA"}
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+_ORIENTATION = 0x0112  # the EXIF tag
+_KEPT_MODES = ("L", "LA", "RGB", "RGBA", "I;16", "I;16L", "I;16B")
 
 
 class UnreadableSource(ValueError):
-    """A source file that cannot be read, or only by losing data."""
+    """A source image that cannot be read, or only by losing data."""
 
 
-@dataclass(frozen=True)
-class Stored:
-    """How a source file stores its pixels, from its header."""
+def image_array(image) -> tuple:
+    """(HW or HWC uint8/uint16 array, list of notes) from a loaded PIL Image, under the policy."""
+    mode = image.mode
+    notes = []
+    if mode in ("P", "PA"):
+        target = "RGBA" if mode == "PA" or "transparency" in image.info else "RGB"
+        array = np.asarray(image.convert(target))
+        notes.append(PALETTE_NOTE.format(layout=target))
+    elif mode == "1":
+        array = np.asarray(image.convert("L"))
+        notes.append(LOW_BITS_NOTE.format(bits=1))
+    elif mode == "CMYK":
+        array = np.asarray(image.convert("RGB"))
+        notes.append(CMYK_NOTE)
+    elif mode in ("L", "RGB") and "transparency" in image.info:
+        array = np.asarray(image.convert({"L": "LA", "RGB": "RGBA"}[mode]))
+        notes.append(TRANSPARENT_COLOUR_NOTE.format(outcome="made an alpha channel"))
+    elif mode == "I":
+        wide = np.asarray(image)
+        if wide.size and (wide.min() < 0 or wide.max() > 0xFFFF):
+            raise UnreadableSource("mode I with values outside 0..65535")
+        array = wide.astype(np.uint16)
+    elif mode in _KEPT_MODES:
+        array = np.asarray(image)
+    else:
+        raise UnreadableSource(f"pixel mode {mode} is outside the policy; convert it to "
+                               f"one of {', '.join(_KEPT_MODES[:4])} or I;16 first")
+    if "transparency" in image.info and not notes:  # 16-bit grey (I, I;16): Pillow has no 16-bit alpha mode
+        notes.append(TRANSPARENT_COLOUR_NOTE.format(outcome="dropped"))
+    if array.dtype.kind == "u" and not array.dtype.isnative:
+        array = array.astype(array.dtype.newbyteorder("="))
+    return np.ascontiguousarray(array), notes
 
-    colour: str  # "grey", "grey+alpha", "rgb", "rgba", "palette" or "cmyk"
-    bits: int = 8
-    transparent_colour: bool = False  # a PNG tRNS chunk on grey or RGB
 
-
-def layout_name(channels: int) -> str:
-    return _LAYOUTS[channels]
-
-
-def read(data: bytes) -> tuple:
-    """(HW or HWC RGB(A) image, list of notes on what was converted) from an image file's bytes."""
-    import cv2
+def read(data: bytes, /, *, exif_transpose: bool = False) -> tuple:
+    """(HW or HWC RGB(A) array, list of notes) from an image file's bytes; UnreadableSource if bad."""
+    from PIL import Image, ImageOps
 
     if not data:
         raise UnreadableSource("empty file (0 bytes)")
+    Image.MAX_IMAGE_PIXELS = MAX_PIXELS
     try:
-        image = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
-    except cv2.error as error:
-        raise UnreadableSource(f"OpenCV cannot decode it ({getattr(error, 'err', '') or 'error'})") from None
-    if image is None:
-        raise UnreadableSource("not an image format OpenCV can read")
-    if image.ndim == 3 and image.shape[2] == 1:
-        image = image[:, :, 0]
-    stored = stored_layout(data)
-    notes = []
-    if stored is not None:
-        image = _apply_policy(image, stored, notes)
-    if image.ndim == 3 and image.shape[2] == 3:
-        image = cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
-    elif image.ndim == 3 and image.shape[2] == 4:
-        image = cv2.cvtColor(image, cv2.COLOR_BGRA2RGBA)
-    return image, notes
+        with Image.open(io.BytesIO(data)) as image:
+            image.load()  # the whole file: Pillow raises on truncated or corrupt data
+            notes = []
+            orientation = image.getexif().get(_ORIENTATION, 1)
+            if exif_transpose:
+                transposed = ImageOps.exif_transpose(image)
+                if transposed is not image:
+                    notes.append(EXIF_NOTE)
+                    image = transposed
+            array, mode_notes = image_array(image)
+    except UnreadableSource:
+        raise
+    except Image.UnidentifiedImageError:
+        raise UnreadableSource("not an image format Pillow can read") from None
+    except Image.DecompressionBombError as error:
+        raise UnreadableSource(f"larger than L3's {MAX_PIXELS} pixels: {error}") from None
+    except Exception as error:  # noqa: BLE001 - Pillow raises many types for bad files
+        raise UnreadableSource(f"cannot decode ({error})") from None
+    bits, colour_type = _png_depth(data)
+    if bits == 16 and colour_type in (2, 6):
+        array = _orient(_opencv_16bit_colour(data), orientation if EXIF_NOTE in notes else 1)
+        mode_notes = []
+        if colour_type == 2 and _png_has_trns(data):
+            outcome = "made an alpha channel" if array.shape[2] == 4 else "dropped"
+            mode_notes.append(TRANSPARENT_COLOUR_NOTE.format(outcome=outcome))
+    elif colour_type == 0 and bits in (2, 4):  # Pillow scales these to 8 bits silently
+        mode_notes.append(LOW_BITS_NOTE.format(bits=bits))
+    return array, notes + mode_notes
 
 
-def _apply_policy(image: np.ndarray, stored: Stored, notes: list) -> np.ndarray:
-    """Undo or note what OpenCV changed (image still in OpenCV's BGR(A) order)."""
-    channels = 1 if image.ndim == 2 else image.shape[2]
-    if stored.colour == "grey+alpha":
-        if channels == 4:  # OpenCV widened it: B = G = R = grey
-            return np.ascontiguousarray(image[:, :, [0, 3]])
-        if channels < 2:
-            raise UnreadableSource("grey+alpha, but OpenCV drops the alpha channel: save it as PNG first")
-    elif stored.colour == "palette":
-        notes.append(PALETTE_NOTE.format(layout=layout_name(channels)))
-    elif stored.colour == "cmyk":
-        if channels == 4:  # OpenCV's TIFF reader adds an opaque alpha
-            image = np.ascontiguousarray(image[:, :, :3])
-        notes.append(CMYK_NOTE)
-    elif stored.colour == "grey" and stored.bits < 8:
-        notes.append(LOW_BITS_NOTE.format(bits=stored.bits))
-    if stored.transparent_colour:
-        has_alpha = channels in (2, 4)
-        notes.append(f"transparent colour (tRNS) {'made an alpha channel' if has_alpha else 'dropped'}")
-    return image
+def _png_depth(data: bytes) -> tuple:
+    """(bit depth, colour type) from a PNG's IHDR, or (None, None) for other files."""
+    if data[:8] == PNG_SIGNATURE and data[12:16] == b"IHDR" and len(data) >= 26:
+        return data[24], data[25]
+    return None, None
 
 
-def stored_layout(data: bytes) -> Stored | None:
-    """What the header of a PNG, JPEG, GIF, BMP or TIFF file says about its pixels (None: not known)."""
-    if data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR" and len(data) >= 26:
-        bits, colour_type = data[24], data[25]
-        colour = {0: "grey", 2: "rgb", 3: "palette", 4: "grey+alpha", 6: "rgba"}.get(colour_type)
-        first_data = data.find(b"IDAT")
-        has_trns = b"tRNS" in data[33 : first_data if first_data > 0 else len(data)]
-        return None if colour is None else Stored(colour, bits, has_trns and colour in ("grey", "rgb"))
-    if data[:2] == b"\xff\xd8":
-        components = _jpeg_components(data)
-        return Stored("cmyk") if components == 4 else None
-    if data[:4] == b"GIF8":
-        return Stored("palette")
-    if data[:2] == b"BM" and len(data) >= 30:
-        return Stored("palette") if int.from_bytes(data[28:30], "little") <= 8 else None
-    if data[:4] in (b"II*\x00", b"MM\x00*"):
-        return _tiff_layout(data)
-    return None
+def _png_has_trns(data: bytes) -> bool:
+    first_data = data.find(b"IDAT")
+    return b"tRNS" in data[33 : first_data if first_data > 0 else len(data)]
 
 
-def _jpeg_components(data: bytes) -> int | None:
-    """The component count of a JPEG's first frame header (SOFn), or None."""
-    start_of_frame = set(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}  # C4, C8, CC are other segments
-    i = 2
-    while i + 9 < len(data) and data[i] == 0xFF:
-        marker = data[i + 1]
-        if marker == 0xFF:  # fill byte
-            i += 1
-            continue
-        if marker in start_of_frame:
-            return data[i + 9]  # FF Cn, length (2), precision, height (2), width (2), components
-        i += 2 + int.from_bytes(data[i + 2 : i + 4], "big")
-    return None
+def _opencv_16bit_colour(data: bytes) -> np.ndarray:
+    """A 16-bit RGB(A) PNG's pixels, unnarrowed (Pillow has already checked the file is whole)."""
+    import cv2
+
+    array = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
+    if array is None or array.ndim != 3 or array.dtype != np.uint16:
+        raise UnreadableSource("OpenCV cannot decode this 16-bit PNG")
+    code = cv2.COLOR_BGRA2RGBA if array.shape[2] == 4 else cv2.COLOR_BGR2RGB
+    return cv2.cvtColor(array, code)
 
 
-def _tiff_layout(data: bytes) -> Stored | None:
-    """Palette, CMYK or grey+alpha from the first IFD of a TIFF (tags 262 and 277), else None."""
-    order = "little" if data[:2] == b"II" else "big"
-    ifd = int.from_bytes(data[4:8], order)
-    if ifd + 2 > len(data):
-        return None
-    count = int.from_bytes(data[ifd : ifd + 2], order)
-    tags = {}
-    for entry in range(ifd + 2, min(ifd + 2 + 12 * count, len(data) - 11), 12):
-        tag = int.from_bytes(data[entry : entry + 2], order)
-        if tag in (262, 277):  # PhotometricInterpretation, SamplesPerPixel: one SHORT each
-            tags[tag] = int.from_bytes(data[entry + 8 : entry + 10], order)
-    photometric, samples = tags.get(262), tags.get(277, 1)
-    if photometric == 3:
-        return Stored("palette")
-    if photometric == 5:
-        return Stored("cmyk")
-    if photometric in (0, 1) and samples == 2:
-        return Stored("grey+alpha")
-    return None
+def _orient(array: np.ndarray, orientation: int) -> np.ndarray:
+    """array turned as EXIF orientation 1-8 asks (what ImageOps.exif_transpose does to an image)."""
+    swapped = array.swapaxes(0, 1)
+    turned = {2: array[:, ::-1], 3: array[::-1, ::-1], 4: array[::-1], 5: swapped,
+              6: swapped[:, ::-1], 7: swapped[::-1, ::-1], 8: swapped[::-1]}.get(orientation, array)
+    return np.ascontiguousarray(turned)

@@ -317,11 +317,29 @@ def test_conversions_follow_the_policy_and_are_noted(tmp_path, capsys):
             assert decoded.shape == (H, W, 3)
 
 
-def test_grey_alpha_tiff_is_refused_rather_than_losing_its_alpha(tmp_path, capsys):
-    Image.fromarray(make_image("noise", H, W, 2, np.uint8), "LA").save(tmp_path / "la.tif")
-    assert main(["encode", str(tmp_path / "la.tif")]) == 1
-    assert "OpenCV drops the alpha channel" in capsys.readouterr().err
-    assert not (tmp_path / "la.l3").exists()
+def test_grey_alpha_tiff_keeps_its_alpha(tmp_path, capsys):
+    grey_alpha = make_image("noise", H, W, 2, np.uint8)
+    Image.fromarray(grey_alpha, "LA").save(tmp_path / "la.tif")
+    assert main(["encode", str(tmp_path / "la.tif")]) == 0
+    assert "note" not in capsys.readouterr().err
+    np.testing.assert_array_equal(l3codec.imread(tmp_path / "la.l3"), grey_alpha)
+
+
+@pytest.mark.parametrize("name, channels, dtype", [("a.jpg", 3, np.uint8), ("a.png", 3, np.uint8),
+                                                   ("deep.png", 3, np.uint16), ("grey.png", 1, np.uint16)])
+def test_truncated_source_is_refused_not_filled(tmp_path, capsys, name, channels, dtype):
+    image = make_image("smooth_noise", 64, 80, channels, dtype)
+    source = tmp_path / name
+    if name.endswith(".jpg"):
+        Image.fromarray(image).save(source, quality=95)
+    else:
+        write_png(source, image)
+    data = source.read_bytes()
+    source.write_bytes(data[: len(data) * 2 // 3])
+    assert main(["encode", str(source)]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(f"l3: {source}: cannot decode (image file is truncated")
+    assert not source.with_suffix(".l3").exists()
 
 
 def test_encode_help_states_the_pixel_policy(capsys):

@@ -1,4 +1,4 @@
-"""The pixel policy: what each kind of source becomes (README, "Converting a dataset")."""
+"""The pixel policy (l3codec/sources.py) as the converter applies it (README, "Converting a dataset")."""
 
 import io
 import os
@@ -6,9 +6,11 @@ import os
 import cv2
 import numpy as np
 import pytest
-from PIL import Image
+from PIL import Image, ImageOps
 
 import l3codec
+from l3codec import sources
+from l3codec.cli import main
 from l3codec.converters import convert
 from l3codec.dataset import open_dataset, read_manifest
 
@@ -66,7 +68,7 @@ def test_palette_is_expanded_to_rgba_when_transparent(tmp_path):
 
     colours = np.array(palette, np.uint8).reshape(4, 3)
     image, manifest = convert_one(tmp_path, "p.png", lambda path: write(path, False))
-    assert np.array_equal(image, colours[indices]) and manifest["pixel_notes"] == {"palette-expanded": 1}
+    assert np.array_equal(image, colours[indices]) and manifest["pixel_notes"] == {sources.PALETTE_NOTE.format(layout="RGB"): 1}
     image, _ = convert_one(tmp_path / "t", "p.png", lambda path: write(path, True))
     alpha = np.where(indices == 3, 0, 255).astype(np.uint8)
     assert np.array_equal(image, np.dstack([colours[indices], alpha]))
@@ -82,7 +84,7 @@ def test_cmyk_jpeg_is_converted_and_recorded(tmp_path):
     with Image.open(tmp_path / "src" / "c.jpg") as source:
         assert source.mode == "CMYK"
         assert np.array_equal(image, np.asarray(source.convert("RGB")))
-    assert manifest["pixel_notes"] == {"cmyk-converted": 1}
+    assert manifest["pixel_notes"] == {"CMYK converted to RGB": 1}
 
 
 def _rotated_jpeg(path, pixels):
@@ -100,7 +102,7 @@ def test_exif_orientation_ignored_by_default_applied_on_request(tmp_path):
     turned, manifest = convert_one(tmp_path / "t", "r.jpg", lambda path: _rotated_jpeg(path, pixels),
                                    exif_transpose=True)
     assert turned.shape == (40, 24, 3) and np.array_equal(turned, np.rot90(stored, -1))
-    assert manifest["options"]["exif_transpose"] and manifest["pixel_notes"] == {"exif-transposed": 1}
+    assert manifest["options"]["exif_transpose"] and manifest["pixel_notes"] == {"EXIF orientation applied": 1}
 
 
 def test_resize_is_lossy_recorded_and_labels_stay_labels(tmp_path):
@@ -140,3 +142,42 @@ def test_modes_and_tile_width_reach_the_encoder(tmp_path, mode):
     convert("folder", src, tmp_path / "dst", mode=mode, tile_width=16, workers=0, progress=False)
     info = l3codec.info(open_dataset(tmp_path / "dst").read(0))
     assert info.mode == mode and info.tile_width == 16
+
+
+def test_the_l3_tool_and_the_converter_read_a_source_alike(tmp_path, capsys):
+    """One policy: each file gives the same pixels and the same notes through both."""
+    rgb = RNG.integers(0, 256, (24, 40, 3), dtype=np.uint8)
+    palette = Image.fromarray(rgb).convert("P")
+    writers = {
+        "p.png": lambda path: palette.save(path),
+        "key.png": lambda path: Image.fromarray(rgb).save(path, transparency=tuple(int(v) for v in rgb[0, 0])),
+        "bits.png": lambda path: Image.fromarray(rgb[:, :, 0] > 127).save(path),
+        "cmyk.jpg": lambda path: Image.fromarray(rgb).convert("CMYK").save(path, quality=95),
+        "grey.jpg": lambda path: Image.fromarray(rgb[:, :, 1]).save(path, quality=95),
+        "deep.png": lambda path: cv2.imwrite(path, RNG.integers(0, 65536, (24, 40, 4), dtype=np.uint16)),
+        "la.tif": lambda path: Image.fromarray(rgb[:, :, :2].copy(), "LA").save(path),
+    }
+    for name, write in writers.items():
+        convert_dir = tmp_path / name.replace(".", "_")
+        image, manifest = convert_one(convert_dir, name, write)
+        source = convert_dir / "src" / name
+        capsys.readouterr()
+        assert main(["encode", str(source), "-o", str(tmp_path / f"{name}.l3")]) == 0
+        lines = capsys.readouterr().err.splitlines()  # at most one: "l3: PATH: note: a; b"
+        tool_notes = lines[0].split(": note: ", 1)[1].split("; ") if lines else []
+        np.testing.assert_array_equal(l3codec.imread(tmp_path / f"{name}.l3"), image, err_msg=name)
+        assert manifest["pixel_notes"] == {note: 1 for note in tool_notes}, name
+
+
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_orientation_of_16bit_colour_pngs_turns_as_pillow_does(orientation):
+    """16-bit colour PNG pixels come from OpenCV, so EXIF orientation is applied by sources._orient."""
+    pixels = RNG.integers(0, 256, (6, 10, 3), dtype=np.uint8)
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="PNG", exif=exif)
+    buffer.seek(0)
+    with Image.open(buffer) as image:
+        expected = np.asarray(ImageOps.exif_transpose(image))
+    np.testing.assert_array_equal(sources._orient(pixels, orientation), expected)
