@@ -1,11 +1,12 @@
 """Source images (PNG, JPEG, TIFF, GIF, BMP, WebP ...) read for encoding, under one pixel policy.
 
 The ``l3`` tool (l3codec/cli.py), the Pillow plugin's save (l3codec/pil.py) and ``l3convert``
-(converters/pipeline.py) all use it. Pillow decodes, and refuses truncated or corrupt files
-(libjpeg through OpenCV would fill a truncated JPEG with grey); 16-bit colour PNGs, which Pillow
-narrows to 8 bits, take their pixels from OpenCV once Pillow has checked the whole file.
+(converters/pipeline.py) all use it. Pillow decodes, and refuses truncated or corrupt files with
+the reason (OpenCV 4.x fills the rest of a truncated JPEG with grey, 5.0 refuses it without
+saying why); 16-bit colour (PNG, TIFF, PPM), which Pillow narrows to 8 bits, takes its pixels
+from OpenCV once Pillow has checked the whole file.
 
-- kept as stored: grey, grey+alpha, RGB and RGBA, 8 or 16 bits (16-bit colour from PNG only);
+- kept as stored: grey, grey+alpha, RGB and RGBA, 8 or 16 bits;
 - a palette is expanded to its colours: RGB, RGBA where it has transparency (L3 stores no palette);
 - 1-, 2- and 4-bit grey is scaled to 8 bits (a 1-bit 0/1 becomes 0/255);
 - a transparent colour (PNG tRNS on grey or RGB) becomes an alpha channel (dropped on 16 bits);
@@ -33,7 +34,6 @@ LOW_BITS_NOTE = "{bits}-bit grey scaled to 8-bit (0..255)"
 TRANSPARENT_COLOUR_NOTE = "transparent colour (tRNS) {outcome}"
 EXIF_NOTE = "EXIF orientation applied"
 
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _ORIENTATION = 0x0112  # the EXIF tag
 _KEPT_MODES = ("L", "LA", "RGB", "RGBA", "I;16", "I;16L", "I;16B")
 
@@ -85,6 +85,7 @@ def read(data: bytes, /, *, exif_transpose: bool = False) -> tuple:
     Image.MAX_IMAGE_PIXELS = MAX_PIXELS
     try:
         with Image.open(io.BytesIO(data)) as image:
+            wide_colour, rawmode = _pillow_narrows(image), _rawmode(image)  # load() forgets both
             image.load()  # the whole file: Pillow raises on truncated or corrupt data
             notes = []
             orientation = image.getexif().get(_ORIENTATION, 1)
@@ -94,6 +95,7 @@ def read(data: bytes, /, *, exif_transpose: bool = False) -> tuple:
                     notes.append(EXIF_NOTE)
                     image = transposed
             array, mode_notes = image_array(image)
+            keyed = image.mode == "RGB" and "transparency" in image.info
     except UnreadableSource:
         raise
     except Image.UnidentifiedImageError:
@@ -102,37 +104,40 @@ def read(data: bytes, /, *, exif_transpose: bool = False) -> tuple:
         raise UnreadableSource(f"larger than L3's {MAX_PIXELS} pixels: {error}") from None
     except Exception as error:  # noqa: BLE001 - Pillow raises many types for bad files
         raise UnreadableSource(f"cannot decode ({error})") from None
-    bits, colour_type = _png_depth(data)
-    if bits == 16 and colour_type in (2, 6):
+    if wide_colour:
         array = _orient(_opencv_16bit_colour(data), orientation if EXIF_NOTE in notes else 1)
-        mode_notes = []
-        if colour_type == 2 and _png_has_trns(data):
-            outcome = "made an alpha channel" if array.shape[2] == 4 else "dropped"
-            mode_notes.append(TRANSPARENT_COLOUR_NOTE.format(outcome=outcome))
-    elif colour_type == 0 and bits in (2, 4):  # Pillow scales these to 8 bits silently
-        mode_notes.append(LOW_BITS_NOTE.format(bits=bits))
+        outcome = "made an alpha channel" if array.shape[2] == 4 else "dropped"
+        mode_notes = [TRANSPARENT_COLOUR_NOTE.format(outcome=outcome)] if keyed else []
+    elif rawmode.startswith(("L;2", "L;4")):  # Pillow scales these to 8 bits silently
+        mode_notes.append(LOW_BITS_NOTE.format(bits=int(rawmode[2])))
     return array, notes + mode_notes
 
 
-def _png_depth(data: bytes) -> tuple:
-    """(bit depth, colour type) from a PNG's IHDR, or (None, None) for other files."""
-    if data[:8] == PNG_SIGNATURE and data[12:16] == b"IHDR" and len(data) >= 26:
-        return data[24], data[25]
-    return None, None
+def _rawmode(image) -> str:
+    """How the file stores its samples, as Pillow names it ("L;2", "RGB;16B" ...), before load()."""
+    if not image.tile:
+        return ""
+    args = image.tile[0].args
+    return str(args[0] if isinstance(args, tuple) and args else args)
 
 
-def _png_has_trns(data: bytes) -> bool:
-    first_data = data.find(b"IDAT")
-    return b"tRNS" in data[33 : first_data if first_data > 0 else len(data)]
+def _pillow_narrows(image) -> bool:
+    """Whether Pillow would narrow 16-bit colour samples to its 8-bit RGB(A) (PNG, TIFF, PPM)."""
+    if image.mode not in ("RGB", "RGBA") or not image.tile:
+        return False
+    args = image.tile[0].args
+    if image.format == "PPM":  # (rawmode, largest sample value)
+        return isinstance(args, tuple) and len(args) > 1 and isinstance(args[1], int) and args[1] > 255
+    return ";16" in _rawmode(image)
 
 
 def _opencv_16bit_colour(data: bytes) -> np.ndarray:
-    """A 16-bit RGB(A) PNG's pixels, unnarrowed (Pillow has already checked the file is whole)."""
+    """A 16-bit RGB(A) file's pixels, unnarrowed (Pillow has already checked the file is whole)."""
     import cv2
 
     array = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
     if array is None or array.ndim != 3 or array.dtype != np.uint16:
-        raise UnreadableSource("OpenCV cannot decode this 16-bit PNG")
+        raise UnreadableSource("OpenCV cannot decode this 16-bit colour image")
     code = cv2.COLOR_BGRA2RGBA if array.shape[2] == 4 else cv2.COLOR_BGR2RGB
     return cv2.cvtColor(array, code)
 

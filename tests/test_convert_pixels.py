@@ -155,7 +155,17 @@ def test_the_l3_tool_and_the_converter_read_a_source_alike(tmp_path, capsys):
         "cmyk.jpg": lambda path: Image.fromarray(rgb).convert("CMYK").save(path, quality=95),
         "grey.jpg": lambda path: Image.fromarray(rgb[:, :, 1]).save(path, quality=95),
         "deep.png": lambda path: cv2.imwrite(path, RNG.integers(0, 65536, (24, 40, 4), dtype=np.uint16)),
+        "deep.tif": lambda path: cv2.imwrite(path, RNG.integers(0, 65536, (24, 40, 3), dtype=np.uint16)),
+        "deep.ppm": lambda path: cv2.imwrite(path, RNG.integers(0, 65536, (24, 40, 3), dtype=np.uint16)),
+        "two_bits.png": lambda path: Image.fromarray(rgb[:, :, 2] // 64 * 85).save(path, bits=2),
         "la.tif": lambda path: Image.fromarray(rgb[:, :, :2].copy(), "LA").save(path),
+    }
+    expected_notes = {
+        "p.png": ["palette expanded to RGB (L3 stores no palette)"],
+        "key.png": ["transparent colour (tRNS) made an alpha channel"],
+        "bits.png": ["1-bit grey scaled to 8-bit (0..255)"],
+        "two_bits.png": ["2-bit grey scaled to 8-bit (0..255)"],
+        "cmyk.jpg": ["CMYK converted to RGB"],
     }
     for name, write in writers.items():
         convert_dir = tmp_path / name.replace(".", "_")
@@ -166,7 +176,11 @@ def test_the_l3_tool_and_the_converter_read_a_source_alike(tmp_path, capsys):
         lines = capsys.readouterr().err.splitlines()  # at most one: "l3: PATH: note: a; b"
         tool_notes = lines[0].split(": note: ", 1)[1].split("; ") if lines else []
         np.testing.assert_array_equal(l3codec.imread(tmp_path / f"{name}.l3"), image, err_msg=name)
+        if name.startswith("deep"):  # 16-bit colour, which Pillow alone would narrow to 8 bits
+            bgr = cv2.imread(str(source), cv2.IMREAD_UNCHANGED)
+            assert image.dtype == np.uint16 and np.array_equal(image, bgr[:, :, [2, 1, 0, 3][: bgr.shape[2]]])
         assert manifest["pixel_notes"] == {note: 1 for note in tool_notes}, name
+        assert tool_notes == expected_notes.get(name, []), name
 
 
 @pytest.mark.parametrize("orientation", range(1, 9))
