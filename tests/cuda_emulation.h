@@ -19,6 +19,18 @@
 //
 // The test shim defines the storage of the kernels' `extern __shared__` array with
 // CUDA_EMU_DYNAMIC_SHARED(name) and starts kernels with cuda_emu::launch.
+//
+// Global memory traffic: a build whose kernel units are compiled with g++ -fsanitize=thread
+// (--param=tsan-instrument-func-entry-exit=0) and whose (uninstrumented) shim says
+// CUDA_EMU_TRAFFIC_CALLBACKS() counts every load and store the kernels execute into the
+// memory regions registered with traffic_region (the arrays handed to the kernel). The
+// accesses are grouped into warp instructions as a GPU issues them: the k-th execution of
+// one machine instruction by the lanes of a warp between two rendezvous points of theirs is
+// one warp instruction. Per region and direction it counts lane accesses, bytes requested,
+// warp instructions and the distinct 32-byte sectors each instruction touches (offsets from
+// the region's start, which a GPU allocation aligns to 256), and for stores the sectors an
+// instruction writes whole. Register allocation is g++'s, so loads the GPU compiler keeps in
+// registers (kernel parameters, table fields) may be counted again: report them apart.
 #pragma once
 
 #if !defined(__CUDACC__) && !defined(__CUDACC_RTC__)
@@ -34,6 +46,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #define __global__
@@ -82,6 +95,11 @@ struct Thread {
     int arg;  // source lane, delta, lane mask, or predicate
     int width;
     unsigned long long result;
+    // traffic: rendezvous passed, and how often each instruction ran since the last one
+    unsigned epoch;
+    int site_count;
+    uintptr_t site_pc[64];
+    unsigned site_runs[64];
 };
 
 struct Emulator {
@@ -254,6 +272,8 @@ inline unsigned long long arrive(Op op, const char* file, int line, unsigned mas
     t.value = value;
     t.arg = arg;
     t.width = width;
+    ++t.epoch;  // a new group of warp instructions starts after a rendezvous
+    t.site_count = 0;
     if (op <= SYNCTHREADS_COUNT) {
         t.state = AT_BARRIER;
         if (++e.at_barrier == (int)e.threads.size()) release_barrier();
@@ -299,6 +319,106 @@ inline void diagnose() {
         }
     }
     fail("deadlock: no thread can run");
+}
+
+
+// ---------------------------------------------------------------- global memory traffic
+
+enum { TRAFFIC_REGIONS = 8, SECTOR_BYTES = 32 };
+
+struct TrafficCount {
+    unsigned long long lane_accesses, bytes, instructions, sectors, full_sectors;
+};
+
+// One lane's access to one sector: grouped into warp instructions at the end of each block.
+struct SectorAccess {
+    unsigned warp, epoch;
+    uintptr_t pc;
+    unsigned run;  // the k-th execution of pc by this lane since its last rendezvous
+    unsigned char region, write;
+    unsigned long long sector;
+    unsigned bytes;  // bit i: byte i of the sector
+};
+
+struct Traffic {
+    bool enabled = false;
+    uintptr_t base[TRAFFIC_REGIONS] = {}, size[TRAFFIC_REGIONS] = {};
+    TrafficCount count[TRAFFIC_REGIONS][2] = {};  // [region][write]
+    std::vector<SectorAccess> pending;  // the current block's
+};
+inline Traffic g_traffic;
+
+inline void traffic_region(int region, const void* base, size_t size) {
+    if (region < 0 || region >= TRAFFIC_REGIONS) return;
+    g_traffic.base[region] = reinterpret_cast<uintptr_t>(base);
+    g_traffic.size[region] = size;
+}
+
+// Count from now on, from zero (the regions stay registered).
+inline void traffic_start() {
+    Traffic& tr = g_traffic;
+    for (auto& region : tr.count) region[0] = region[1] = TrafficCount{};
+    tr.pending.clear();
+    tr.enabled = true;
+}
+
+inline void traffic_stop() { g_traffic.enabled = false; }
+
+// A kernel thread accessed size bytes at address from instruction pc.
+inline void traffic_access(uintptr_t address, unsigned size, bool write, uintptr_t pc) {
+    Traffic& tr = g_traffic;
+    Thread* t = g_emu.current;
+    if (!tr.enabled || t == nullptr) return;
+    int region = 0;
+    while (region < TRAFFIC_REGIONS && address - tr.base[region] >= tr.size[region]) ++region;
+    if (region == TRAFFIC_REGIONS) return;  // stack, shared memory or the emulator's own
+    int site = 0;
+    while (site < t->site_count && t->site_pc[site] != pc) ++site;
+    if (site == t->site_count) {
+        if (site == 64) {
+            fail(where(*t) + ": more than 64 global memory instructions between two rendezvous");
+            return;
+        }
+        t->site_pc[site] = pc;
+        t->site_runs[site] = 0;
+        ++t->site_count;
+    }
+    const unsigned run = t->site_runs[site]++;
+    TrafficCount& c = tr.count[region][write];
+    c.lane_accesses += 1;
+    c.bytes += size;
+    const uintptr_t offset = address - tr.base[region];
+    for (uintptr_t sector = offset / SECTOR_BYTES; sector <= (offset + size - 1) / SECTOR_BYTES; ++sector) {
+        const uintptr_t lo = std::max<uintptr_t>(offset, sector * SECTOR_BYTES) - sector * SECTOR_BYTES;
+        const uintptr_t hi = std::min<uintptr_t>(offset + size, (sector + 1) * SECTOR_BYTES) - sector * SECTOR_BYTES;
+        const unsigned bytes = (unsigned)(((1ull << hi) - 1) & ~((1ull << lo) - 1));
+        tr.pending.push_back({(unsigned)t->linear / 32, t->epoch, pc, run, (unsigned char)region,
+                              (unsigned char)write, sector, bytes});
+    }
+}
+
+// Group the block's accesses into warp instructions and their distinct sectors.
+inline void traffic_flush() {
+    std::vector<SectorAccess>& p = g_traffic.pending;
+    auto instruction = [](const SectorAccess& a) {
+        return std::make_tuple(a.warp, a.epoch, a.pc, a.run, a.region, a.write);
+    };
+    std::sort(p.begin(), p.end(), [&](const SectorAccess& a, const SectorAccess& b) {
+        return std::make_pair(instruction(a), a.sector) < std::make_pair(instruction(b), b.sector);
+    });
+    for (size_t i = 0; i < p.size();) {
+        const auto current = instruction(p[i]);
+        TrafficCount& c = g_traffic.count[p[i].region][p[i].write];
+        c.instructions += 1;
+        while (i < p.size() && instruction(p[i]) == current) {
+            const unsigned long long sector = p[i].sector;
+            unsigned bytes = 0;
+            for (; i < p.size() && instruction(p[i]) == current && p[i].sector == sector; ++i) bytes |= p[i].bytes;
+            c.sectors += 1;
+            c.full_sectors += bytes == 0xffffffffu;
+        }
+    }
+    p.clear();
 }
 
 inline int run_block() {
@@ -377,6 +497,7 @@ int launch(dim3 grid, dim3 block, size_t shared_bytes, int order, unsigned seed,
             make_ready(t);
         }
         if (run_block() != 0) return -1;
+        traffic_flush();
     }
     return 0;
 }
@@ -470,5 +591,36 @@ template <typename V>
 inline V __ldg(const V* p) { return *p; }
 inline void __threadfence() {}
 inline void __threadfence_block() {}
+
+// The callbacks g++ -fsanitize=thread puts before every load and store of an instrumented
+// unit (no TSan runtime is linked): say this once, in a unit compiled WITHOUT the flag.
+#define CUDA_EMU_TRAFFIC_ACCESS(kind, size, write)                                                 \
+    extern "C" void __tsan_##kind##size(void* address) {                                          \
+        cuda_emu::traffic_access(reinterpret_cast<uintptr_t>(address), size, write,                 \
+                                 reinterpret_cast<uintptr_t>(__builtin_return_address(0)));         \
+    }                                                                                               \
+    extern "C" void __tsan_unaligned_##kind##size(void* address) { __tsan_##kind##size(address); }
+#define CUDA_EMU_TRAFFIC_CALLBACKS()                                                               \
+    extern "C" void __tsan_init() {}                                                               \
+    CUDA_EMU_TRAFFIC_ACCESS(read, 1, false)                                                        \
+    CUDA_EMU_TRAFFIC_ACCESS(read, 2, false)                                                        \
+    CUDA_EMU_TRAFFIC_ACCESS(read, 4, false)                                                        \
+    CUDA_EMU_TRAFFIC_ACCESS(read, 8, false)                                                        \
+    CUDA_EMU_TRAFFIC_ACCESS(read, 16, false)                                                       \
+    CUDA_EMU_TRAFFIC_ACCESS(write, 1, true)                                                        \
+    CUDA_EMU_TRAFFIC_ACCESS(write, 2, true)                                                        \
+    CUDA_EMU_TRAFFIC_ACCESS(write, 4, true)                                                        \
+    CUDA_EMU_TRAFFIC_ACCESS(write, 8, true)                                                        \
+    CUDA_EMU_TRAFFIC_ACCESS(write, 16, true)                                                       \
+    /* a struct copy: one access of its size */                                                    \
+    extern "C" void __tsan_read_range(void* address, unsigned long size) {                         \
+        cuda_emu::traffic_access(reinterpret_cast<uintptr_t>(address), (unsigned)size, false,       \
+                                 reinterpret_cast<uintptr_t>(__builtin_return_address(0)));         \
+    }                                                                                               \
+    extern "C" void __tsan_write_range(void* address, unsigned long size) {                        \
+        cuda_emu::traffic_access(reinterpret_cast<uintptr_t>(address), (unsigned)size, true,        \
+                                 reinterpret_cast<uintptr_t>(__builtin_return_address(0)));         \
+    }                                                                                               \
+    static_assert(true, "")
 
 #endif  // !__CUDACC__ && !__CUDACC_RTC__
