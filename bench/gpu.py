@@ -1,6 +1,6 @@
 """GPU decode benchmark, and an analytic estimate where no GPU exists.
 
-    python bench/gpu.py [folder] [--batch 64] [--repeat 5] [--out bench/results]
+    python bench/gpu.py [folder] [--batch 64] [--repeat 5] [--traffic-frames N] [--out bench/results]
 
 With a CUDA GPU: decode GB/s and images/s for a batch of frames (the folder's
 images repeated to --batch), both backends and both modes, next to CPU PNG decode
@@ -10,6 +10,14 @@ Without one: the ptxas resource report of the CUDA C kernels (NVRTC, sm_80 and
 sm_90) and an ESTIMATE, computed from the real encoded frames: bytes read and
 written per image, warp steps per tile, and the fraction of lane-steps that do
 useful work under the kernels' schedules. Nothing there is a measurement of speed.
+
+Everywhere: the global memory traffic of the CUDA C kernels, counted per warp
+instruction by the host emulation (tests/emulation.py) while it decodes the frames bit
+for bit, and the SASS instruction counts of the sm_90 cubins (nvdisasm from the
+nvidia-cuda-nvdisasm package; the section is skipped without it).
+
+The report goes to <out>/gpu.md (default bench/results) and to stdout; it names the
+folder, not where it is.
 """
 
 from __future__ import annotations
@@ -17,7 +25,11 @@ from __future__ import annotations
 import argparse
 import math
 import pathlib
+import re
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
 
 import cv2
@@ -25,6 +37,7 @@ import numpy as np
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))  # the host emulation of the CUDA C kernels
 
 import l3codec  # noqa: E402
 from l3codec import format as fmt  # noqa: E402
@@ -178,6 +191,149 @@ def numba_report(out) -> None:
               f"{r['spill_stores']} | {r['spill_loads']} | {r['shared']} |", file=out)
 
 
+# ---------------------------------------------------------------- emulated memory traffic (no GPU needed)
+
+SECTOR = 32
+
+
+def traffic_report(frames: list, out) -> None:
+    """Global memory traffic of the CUDA C kernels decoding each frame, counted by the host
+    emulation per warp instruction (tests/cuda_emulation.h): lanes' bytes requested, and the
+    32-byte sectors each warp instruction touches, as a GPU coalesces them."""
+    try:
+        from emulation import Traffic, decode_batch_emulated
+    except Exception as error:  # noqa: BLE001 - no g++ or no emulation: say why
+        print(f"\n(no emulated traffic: {error})", file=out)
+        return
+    print("\n## Global memory traffic, counted by the host emulation (CUDA C kernels)\n", file=out)
+    print("Every load and store of the unchanged .cu files, executed by the host emulation while it decodes "
+          "each frame bit for bit (checked), one frame per launch. A warp instruction is the k-th execution of "
+          "one instruction by the lanes of a warp between two of their rendezvous points; its sectors are the "
+          "distinct 32-byte sectors its lanes touch. Input: the compressed bytes (the whole files); output: "
+          "the decoded pixels. Table loads (stream offsets, item and task records) are counted where g++ "
+          "reloads them, which nvcc may keep in registers: an upper bound.\n", file=out)
+    print("| mode | frames | input bytes requested / compressed byte | input sectors x 32 / compressed byte "
+          "| input warp loads / sample | sectors / input warp load | table bytes / sample "
+          "| output bytes stored / output byte | sectors written / output byte (ideal 1/32) "
+          "| whole sectors / sectors written |", file=out)
+    print("|---|---|---|---|---|---|---|---|---|---|", file=out)
+    for mode in ("compact", "fast"):
+        traffic = Traffic()
+        compressed = samples = output = 0
+        for frame in frames:
+            data = l3codec.encode(frame, mode=mode)
+            (image,), status = decode_batch_emulated([data], traffic=traffic)
+            if status.any() or not np.array_equal(image.reshape(frame.shape), frame):
+                raise SystemExit(f"emulated {mode} decode is not exact")
+            compressed += len(data)
+            samples += frame.size
+            output += frame.nbytes
+
+        def count(region, write, field):
+            return traffic.get(region, write, field)
+
+        tables = sum(count(region, False, "bytes") for region in ("stream_starts", "stream_ends", "items", "tasks"))
+        loads = count("data", False, "instructions")
+        written = count("out", True, "sectors")
+        print(f"| {mode} | {len(frames)} | {count('data', False, 'bytes') / compressed:.2f} | "
+              f"{count('data', False, 'sectors') * SECTOR / compressed:.2f} | {loads / samples:.3f} | "
+              f"{count('data', False, 'sectors') / max(loads, 1):.2f} | {tables / samples:.3f} | "
+              f"{count('out', True, 'bytes') / output:.3f} | {written / output:.4f} | "
+              f"{count('out', True, 'full_sectors') / max(written, 1):.1%} |", file=out)
+
+
+# ---------------------------------------------------------------- SASS (no GPU needed)
+
+_SASS_LINE = re.compile(r'//## File "([^"]+)", line (\d+)')
+_SASS_INSTRUCTION = re.compile(r"^\s+/\*[0-9a-f]{4,}\*/\s+(.+?)\s*;")
+_SASS_FUNCTION = re.compile(r"^(\w+):$")
+_SOURCE_FUNCTION = re.compile(r"^(?:L3_DEVICE|L3_HOST_DEVICE)\s.*?(\w+)\(")
+
+
+def find_nvdisasm():
+    """nvdisasm on PATH or from the nvidia-cuda-nvdisasm wheel, else None."""
+    found = shutil.which("nvdisasm")
+    if found:
+        return found
+    try:
+        import nvidia
+    except ImportError:
+        return None
+    for root in nvidia.__path__:
+        for candidate in sorted(pathlib.Path(root).glob("*/bin/nvdisasm")):
+            return str(candidate)
+    return None
+
+
+def source_functions(path: pathlib.Path) -> list:
+    """[(first line, name)] of the device functions of a kernel source, in line order; a line
+    belongs to the last function starting at or before it (the kernel macro's line is 'kernel')."""
+    functions = [(0, "(file scope)")]
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        match = _SOURCE_FUNCTION.match(line)
+        if match:
+            functions.append((number, match.group(1)))
+        elif line.startswith("L3_DECODE_KERNEL("):
+            functions.append((number, "kernel entry"))
+    return functions
+
+
+def sass_by_function(text: str) -> dict:
+    """{kernel: {(file name, source function): SASS instructions}} from `nvdisasm -g` output,
+    each instruction counted at the innermost source line nvdisasm gives it."""
+    functions = {}
+    counts, kernel, where = {}, None, ("?", "?")
+    for line in text.splitlines():
+        match = _SASS_FUNCTION.match(line)
+        if match and not line.startswith("."):
+            kernel = match.group(1)
+            counts.setdefault(kernel, {})
+            continue
+        match = _SASS_LINE.search(line)
+        if match:
+            path = pathlib.Path(match.group(1))
+            if path not in functions:
+                functions[path] = source_functions(path) if path.exists() else [(0, "?")]
+            number = int(match.group(2))
+            name = [n for first, n in functions[path] if first <= number][-1]
+            where = (path.name, name)
+            continue
+        if kernel and _SASS_INSTRUCTION.match(line) and "NOP" not in line:
+            counts[kernel][where] = counts[kernel].get(where, 0) + 1
+    return counts
+
+
+def sass_report(out) -> None:
+    """Static SASS instruction counts of the CUDA C kernels for sm_90, by source function."""
+    nvdisasm = find_nvdisasm()
+    if nvdisasm is None:
+        print("\n(no SASS counts: nvdisasm not found; pip install nvidia-cuda-nvdisasm)", file=out)
+        return
+    from l3codec.kernels import cuda_c
+
+    print("\n## SASS instructions of the CUDA C kernels (sm_90, static)\n", file=out)
+    print("NVRTC with the project's options plus -lineinfo (which does not change the code) to a cubin, "
+          "`nvdisasm -g`; each instruction is counted once at the innermost source line it is attributed to, "
+          "so a function inlined three times counts three copies, and both sample sizes (8- and 16-bit "
+          "instantiations) are in the kernel. These are STATIC counts (the code's size, not instructions "
+          "executed per sample): a per-sample figure needs the path mix (../shared/notes/gpu-estimate.md "
+          "estimates 17.2 warp-instructions per sample for compact and 7.9 for fast).\n", file=out)
+    print("| kernel | source function | SASS instructions | share |", file=out)
+    print("|---|---|---|---|", file=out)
+    for filename in cuda_c.SOURCES:
+        cubin, _ = cuda_c.nvrtc_compile(filename, "sm_90", ("-lineinfo",))
+        with tempfile.TemporaryDirectory() as directory:
+            path = pathlib.Path(directory) / "kernel.cubin"
+            path.write_bytes(cubin)
+            text = subprocess.run([nvdisasm, "-g", "-c", str(path)], capture_output=True, text=True,
+                                  check=True).stdout
+        for kernel, by_function in sorted(sass_by_function(text).items()):
+            total = sum(by_function.values())
+            print(f"| {kernel} | all | {total} | 100% |", file=out)
+            for (source, function), n in sorted(by_function.items(), key=lambda item: -item[1]):
+                print(f"| {kernel} | {source}: {function} | {n} | {n / total:.1%} |", file=out)
+
+
 # ---------------------------------------------------------------- measurement (GPU)
 
 
@@ -232,20 +388,25 @@ def main() -> int:
     parser.add_argument("folder", nargs="?", default=str(REPO.parent / "shared" / "corpus" / "hires2048"))
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--out", default=str(REPO / "bench" / "results"))
+    parser.add_argument("--traffic-frames", type=int, default=None,
+                        help="emulate only the first N frames for the traffic counts (default: all; "
+                        "a 2048x1024 frame takes minutes)")
+    parser.add_argument("--out", default=str(REPO / "bench" / "results"), help="folder for gpu.md")
     args = parser.parse_args()
-    frames = load_frames(pathlib.Path(args.folder))
+    folder = pathlib.Path(args.folder)
+    frames = load_frames(folder)
     out_dir = pathlib.Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "gpu.md"
     with open(path, "w") as out:
-        print(f"# GPU decode\n\nCommand: `python bench/gpu.py {args.folder}`; "
-              f"{len(frames)} frames of {frames[0].shape}.\n", file=out)
+        print(f"# GPU decode\n\nFolder `{folder.name}`: {len(frames)} frames of {frames[0].shape}.\n", file=out)
         if gpu_present():
             measure(frames, args.batch, args.repeat, out)
         else:
             estimate(frames, out)
+        traffic_report(frames[: args.traffic_frames], out)
         ptxas_report(out)
+        sass_report(out)
     print(path.read_text())
     return 0
 
