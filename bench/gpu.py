@@ -207,10 +207,10 @@ def traffic_report(frames: list, out) -> None:
         return
     print("\n## Global memory traffic, counted by the host emulation (CUDA C kernels)\n", file=out)
     print("Every load and store of the unchanged .cu files, executed by the host emulation while it decodes "
-          "each frame bit for bit (checked), one frame per launch. A warp instruction is the k-th execution of "
-          "one instruction by the lanes of a warp between two of their rendezvous points; its sectors are the "
-          "distinct 32-byte sectors its lanes touch. Input: the compressed bytes (the whole files); output: "
-          "the decoded pixels. Table loads (stream offsets, item and task records) are counted where g++ "
+          "each frame bit for bit (checked), one frame per launch. A warp instruction is the k-th "
+          "execution of one instruction by the lanes of a warp between two of their rendezvous points; its "
+          "sectors are the distinct 32-byte sectors its lanes touch. Input: the compressed bytes (the whole "
+          "files); output: the decoded pixels. Table loads (stream offsets, item and task records) are counted where g++ "
           "reloads them, which nvcc may keep in registers: an upper bound.\n", file=out)
     print("| mode | frames | input bytes requested / compressed byte | input sectors x 32 / compressed byte "
           "| input warp loads / sample | sectors / input warp load | table bytes / sample "
@@ -229,10 +229,9 @@ def traffic_report(frames: list, out) -> None:
             samples += frame.size
             output += frame.nbytes
 
-        def count(region, write, field):
-            return traffic.get(region, write, field)
-
-        tables = sum(count(region, False, "bytes") for region in ("stream_starts", "stream_ends", "items", "tasks"))
+        count = traffic.get
+        table_regions = ("stream_starts", "stream_ends", "items", "tasks")
+        tables = sum(count(region, False, "bytes") for region in table_regions)
         loads = count("data", False, "instructions")
         written = count("out", True, "sectors")
         print(f"| {mode} | {len(frames)} | {count('data', False, 'bytes') / compressed:.2f} | "
@@ -399,7 +398,8 @@ def main() -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "gpu.md"
     with open(path, "w") as out:
-        print(f"# GPU decode\n\nFolder `{folder.name}`: {len(frames)} frames of {frames[0].shape}.\n", file=out)
+        print(f"# GPU decode\n\nFolder `{folder.name}`: {len(frames)} frames of {frames[0].shape}.\n",
+              file=out)
         if gpu_present():
             measure(frames, args.batch, args.repeat, out)
         else:

@@ -389,8 +389,9 @@ inline void traffic_access(uintptr_t address, unsigned size, bool write, uintptr
     c.bytes += size;
     const uintptr_t offset = address - tr.base[region];
     for (uintptr_t sector = offset / SECTOR_BYTES; sector <= (offset + size - 1) / SECTOR_BYTES; ++sector) {
-        const uintptr_t lo = std::max<uintptr_t>(offset, sector * SECTOR_BYTES) - sector * SECTOR_BYTES;
-        const uintptr_t hi = std::min<uintptr_t>(offset + size, (sector + 1) * SECTOR_BYTES) - sector * SECTOR_BYTES;
+        const uintptr_t start = sector * SECTOR_BYTES;
+        const uintptr_t lo = std::max<uintptr_t>(offset, start) - start;
+        const uintptr_t hi = std::min<uintptr_t>(offset + size, start + SECTOR_BYTES) - start;
         const unsigned bytes = (unsigned)(((1ull << hi) - 1) & ~((1ull << lo) - 1));
         tr.pending.push_back({(unsigned)t->linear / 32, t->epoch, pc, run, (unsigned char)region,
                               (unsigned char)write, sector, bytes});
@@ -413,7 +414,8 @@ inline void traffic_flush() {
         while (i < p.size() && instruction(p[i]) == current) {
             const unsigned long long sector = p[i].sector;
             unsigned bytes = 0;
-            for (; i < p.size() && instruction(p[i]) == current && p[i].sector == sector; ++i) bytes |= p[i].bytes;
+            for (; i < p.size() && instruction(p[i]) == current && p[i].sector == sector; ++i)
+                bytes |= p[i].bytes;
             c.sectors += 1;
             c.full_sectors += bytes == 0xffffffffu;
         }

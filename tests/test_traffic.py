@@ -13,9 +13,6 @@ import shutil
 
 import numpy as np
 import pytest
-
-import l3codec
-from l3codec import batch as l3batch
 from emulation import (
     ORDERS,
     TRAFFIC_EXPORTS,
@@ -27,6 +24,9 @@ from emulation import (
     decode_batch_emulated,
 )
 
+import l3codec
+from l3codec import batch as l3batch
+
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 
 SECTOR = 32
@@ -35,8 +35,8 @@ LOADS, STORES, BYTE_STORES, LANE_LOOP, REPEAT_ACROSS_SYNC = range(5)
 
 _PROBE = r"""
 // Each pattern's global accesses, per thread t of the grid and lane = t % 32.
-extern "C" __global__ void probe(const unsigned* in, unsigned* out, unsigned char* bytes, int pattern, int stride,
-                                 int offset) {
+extern "C" __global__ void probe(const unsigned* in, unsigned* out, unsigned char* bytes, int pattern,
+                                 int stride, int offset) {
     const int t = blockIdx.x * blockDim.x + threadIdx.x, lane = threadIdx.x & 31;
     unsigned local[4] = {1, 2, 3, 4};  // stack memory: never counted
     if (pattern == 0) {  // LOADS: a 4-byte word every `stride` words, the sum stored coalesced
@@ -100,12 +100,22 @@ def run_probe(pattern, *, grid=1, threads=32, stride=1, offset=0, order="forward
     regions.update(data=words, out=out, status=raw)
     for index, name in enumerate(TRAFFIC_REGIONS):
         array = regions[name]
-        lib.l3emu_traffic_region(index, array.ctypes.data if array is not None else None,
-                                 array.nbytes if array is not None else 0)
+        lib.l3emu_traffic_region(
+            index, array.ctypes.data if array is not None else None, array.nbytes if array is not None else 0
+        )
     traffic = Traffic()
     lib.l3emu_traffic_start()
-    result = lib.probe_launch(grid, threads, ORDERS[order], words.ctypes.data, out.ctypes.data, raw.ctypes.data,
-                              pattern, stride, offset)
+    result = lib.probe_launch(
+        grid,
+        threads,
+        ORDERS[order],
+        words.ctypes.data,
+        out.ctypes.data,
+        raw.ctypes.data,
+        pattern,
+        stride,
+        offset,
+    )
     lib.l3emu_traffic_stop()
     assert result == 0
     traffic.add_from(lib)
@@ -163,8 +173,10 @@ def test_byte_stores_fill_sectors_only_when_aligned(offset):
     grid, threads = 3, 96
     traffic, _, _, raw = run_probe(BYTE_STORES, grid=grid, threads=threads, offset=offset)
     assert np.array_equal(raw[offset:], np.arange(grid * threads, dtype=np.uint8))
-    per_warp = [coalesce((offset + t, offset + t + 1) for t in range(w * WARP, (w + 1) * WARP))
-                for w in range(grid * threads // WARP)]
+    per_warp = [
+        coalesce((offset + t, offset + t + 1) for t in range(w * WARP, (w + 1) * WARP))
+        for w in range(grid * threads // WARP)
+    ]
     c = counts(traffic, "status", True)
     assert c["instructions"] == len(per_warp)
     assert c["bytes"] == grid * threads
@@ -186,8 +198,10 @@ def test_a_loop_issues_one_instruction_per_iteration_of_its_longest_lane(order):
     lanes = np.arange(64) % WARP
     assert np.array_equal(out[:64], [words[[i * 32 + lane for i in range(lane + 1)]].sum() for lane in lanes])
     # iteration i: the lanes l >= i of each warp load words i * 32 + l
-    per_iteration = [coalesce((4 * (i * 32 + lane), 4 * (i * 32 + lane) + 4) for lane in range(i, WARP))[0]
-                     for i in range(WARP)]
+    per_iteration = [
+        coalesce((4 * (i * 32 + lane), 4 * (i * 32 + lane) + 4) for lane in range(i, WARP))[0]
+        for i in range(WARP)
+    ]
     c = counts(traffic, "data", False)
     assert c["instructions"] == 2 * WARP
     assert c["lane_accesses"] == 2 * sum(lane + 1 for lane in range(WARP))
