@@ -39,6 +39,9 @@ CXXFLAGS = (
 )
 # the kernel units of a traffic build: every load and store calls the header's counters
 TRAFFIC_FLAGS = ("-fsanitize=thread", "--param=tsan-instrument-func-entry-exit=0")
+# the kernel units of a coverage build: every basic block calls the header's counter; -g maps them to lines
+COVERAGE_FLAGS = ("-g", "-fsanitize-coverage=trace-pc")
+BUILD_FLAGS = {"plain": (), "traffic": TRAFFIC_FLAGS, "coverage": COVERAGE_FLAGS}
 ORDERS = {"forward": 0, "reversed": 1, "shuffled": 2}
 KERNEL_INDEX = {key: i for i, key in enumerate(sorted(cuda_c.KERNELS))}
 CANARY = 0xCD
@@ -117,6 +120,7 @@ _SHIM = r"""
 
 CUDA_EMU_DYNAMIC_SHARED(l3_shared_memory);
 CUDA_EMU_TRAFFIC_CALLBACKS();
+CUDA_EMU_COVERAGE_CALLBACK();
 
 #define L3_KERNEL_PARAMETERS const unsigned char*, long long, const long long*, const long long*, \
     const L3Item*, const L3Task*, long long, unsigned char*, int*
@@ -184,6 +188,7 @@ ITEM_FIELDS = (
 TASK_FIELDS = ("item", "tile_y", "tile_x")
 
 TRAFFIC_EXPORTS = r"""
+#include <dlfcn.h>
 // global memory traffic (counted in a build whose kernel units have TRAFFIC_FLAGS)
 extern "C" void l3emu_traffic_region(int region, const void* base, long long size) {
     cuda_emu::traffic_region(region, base, (size_t)size);
@@ -196,6 +201,21 @@ extern "C" void l3emu_traffic_count(int region, int write, unsigned long long* c
     const unsigned long long values[] = {c.lane_accesses, c.bytes, c.instructions, c.sectors, c.full_sectors};
     for (int i = 0; i < 5; ++i) count[i] = values[i];
 }
+
+// warp executions of the kernels' basic blocks (counted in a build whose kernel units have COVERAGE_FLAGS)
+extern "C" void l3emu_coverage_start() { cuda_emu::coverage_start(); }
+extern "C" void l3emu_coverage_stop() { cuda_emu::coverage_stop(); }
+extern "C" long long l3emu_coverage_size() { return (long long)cuda_emu::g_coverage.warp_runs.size(); }
+// the blocks' callback return addresses as offsets into the library file's mapping, and their counts
+extern "C" void l3emu_coverage_read(unsigned long long* offsets, unsigned long long* counts) {
+    Dl_info info;
+    dladdr(reinterpret_cast<void*>(&l3emu_coverage_read), &info);
+    long long i = 0;
+    for (const auto& [pc, runs] : cuda_emu::g_coverage.warp_runs) {
+        offsets[i] = pc - reinterpret_cast<uintptr_t>(info.dli_fbase);
+        counts[i++] = runs;
+    }
+}
 """
 
 # the arrays handed to the kernels, in the order of their traffic region numbers
@@ -207,7 +227,16 @@ def bind_traffic(lib: ctypes.CDLL) -> None:
     ptr = ctypes.c_void_p
     lib.l3emu_traffic_region.argtypes = [ctypes.c_int, ptr, ctypes.c_longlong]
     lib.l3emu_traffic_count.argtypes = [ctypes.c_int, ctypes.c_int, ptr]
-    for function in (lib.l3emu_traffic_region, lib.l3emu_traffic_start, lib.l3emu_traffic_stop):
+    lib.l3emu_coverage_size.restype = ctypes.c_longlong
+    lib.l3emu_coverage_read.argtypes = [ptr, ptr]
+    for function in (
+        lib.l3emu_traffic_region,
+        lib.l3emu_traffic_start,
+        lib.l3emu_traffic_stop,
+        lib.l3emu_coverage_start,
+        lib.l3emu_coverage_stop,
+        lib.l3emu_coverage_read,
+    ):
         function.restype = None
 
 
@@ -241,13 +270,33 @@ class Traffic:
                 self.counts[(region, write)] += buffer
 
 
+class WarpCoverage:
+    """Warp executions of the emulated kernels' basic blocks, added up over launches.
+
+    runs[offset]: how often warps ran the block whose coverage callback returns to `offset`
+    in library_path (the coverage build's shared library, to map offsets to source lines).
+    """
+
+    def __init__(self):
+        self.runs = {}
+        self.library_path = None
+
+    def add_from(self, lib: ctypes.CDLL) -> None:
+        size = lib.l3emu_coverage_size()
+        offsets, counts = np.zeros(size, np.uint64), np.zeros(size, np.uint64)
+        lib.l3emu_coverage_read(_pointer(offsets), _pointer(counts))
+        for offset, count in zip(offsets.tolist(), counts.tolist()):
+            self.runs[offset] = self.runs.get(offset, 0) + count
+        self.library_path = lib._name
+
+
 _libraries = {}
 
 
-def kernel_library(traffic: bool = False) -> ctypes.CDLL:
-    """The emulated l3codec kernels (built on first use); traffic=True: the build that counts
-    global memory accesses (slower)."""
-    if traffic not in _libraries:
+def kernel_library(build: str = "plain") -> ctypes.CDLL:
+    """The emulated l3codec kernels (built on first use). build: "plain", "traffic" (counts
+    global memory accesses) or "coverage" (counts basic blocks run per warp); both slower."""
+    if build not in _libraries:
         names = [cuda_c.KERNELS[key][1] for key in sorted(cuda_c.KERNELS)]
         declarations = "\n".join(f'extern "C" void {name}(L3_KERNEL_PARAMETERS);' for name in names)
         shim = _SHIM % {
@@ -256,10 +305,10 @@ def kernel_library(traffic: bool = False) -> ctypes.CDLL:
             "traffic_exports": TRAFFIC_EXPORTS,
         }
         lib = build_library(
-            "l3kernels-traffic" if traffic else "l3kernels",
+            "l3kernels" if build == "plain" else f"l3kernels-{build}",
             [KERNEL_DIR / name for name in cuda_c.SOURCES],
             {"shim.cpp": shim},
-            kernel_flags=TRAFFIC_FLAGS if traffic else (),
+            kernel_flags=BUILD_FLAGS[build],
         )
         i64, i32, ptr = ctypes.c_longlong, ctypes.c_int, ctypes.c_void_p
         lib.l3emu_launch.restype = i32
@@ -290,8 +339,8 @@ def kernel_library(traffic: bool = False) -> ctypes.CDLL:
         lib.l3emu_fast_shared_bytes.restype = i64
         lib.l3emu_fast_shared_bytes.argtypes = [i64, i64, i64, i64]
         bind_traffic(lib)
-        _libraries[traffic] = lib
-    return _libraries[traffic]
+        _libraries[build] = lib
+    return _libraries[build]
 
 
 def _pointer(array: np.ndarray) -> int:
@@ -338,6 +387,7 @@ def decode_batch_emulated(
     guard: str = "aligned",
     block=None,
     traffic: Traffic | None = None,
+    coverage: WarpCoverage | None = None,
 ):
     """Decode L3 files with the emulated CUDA C kernels.
 
@@ -347,10 +397,13 @@ def decode_batch_emulated(
     shuffle, and AssertionError when a kernel wrote outside the items' output regions. The
     input bytes end at an inaccessible page (see GuardedBuffer for `guard`), so a read past
     data_size faults. block overrides cuda_c.block_shape (to test the kernels' launch checks).
-    traffic: add the launches' global memory traffic to it (runs the counting build).
+    traffic: add the launches' global memory traffic to it (runs the traffic build);
+    coverage: add the warp executions of the kernels' basic blocks (runs the coverage build).
     """
+    if traffic is not None and coverage is not None:
+        raise ValueError("count traffic or coverage, not both at once")
     batch = l3batch.prepare(items, regions)
-    lib = kernel_library(traffic is not None)
+    lib = kernel_library("traffic" if traffic is not None else "coverage" if coverage is not None else "plain")
     data = GuardedBuffer(batch.data, guard)
     starts, ends = batch.stream_starts + data.shift, batch.stream_ends + data.shift
     out = np.full(batch.out_size + CANARY_BYTES, CANARY, np.uint8)
@@ -365,6 +418,8 @@ def decode_batch_emulated(
             lib.l3emu_traffic_region(index, _pointer(array), array.nbytes)
         if traffic is not None:
             lib.l3emu_traffic_start()
+        if coverage is not None:
+            lib.l3emu_coverage_start()
         result = lib.l3emu_launch(
             KERNEL_INDEX[launch.mode],
             len(table_tasks),
@@ -385,6 +440,9 @@ def decode_batch_emulated(
         if traffic is not None:
             lib.l3emu_traffic_stop()
             traffic.add_from(lib)
+        if coverage is not None:
+            lib.l3emu_coverage_stop()
+            coverage.add_from(lib)
         if result != 0:
             raise EmulationError(f"{cuda_c.kernel_name(launch)}: {lib.l3emu_last_error().decode()}")
         status[launch.item_index] = launch_status

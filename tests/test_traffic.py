@@ -14,11 +14,12 @@ import shutil
 import numpy as np
 import pytest
 from emulation import (
+    BUILD_FLAGS,
     ORDERS,
     TRAFFIC_EXPORTS,
-    TRAFFIC_FLAGS,
     TRAFFIC_REGIONS,
     Traffic,
+    WarpCoverage,
     bind_traffic,
     build_library,
     decode_batch_emulated,
@@ -59,6 +60,7 @@ extern "C" __global__ void probe(const unsigned* in, unsigned* out, unsigned cha
 
 _PROBE_SHIM = r"""
 CUDA_EMU_TRAFFIC_CALLBACKS();
+CUDA_EMU_COVERAGE_CALLBACK();
 %(exports)s
 extern "C" void probe(const unsigned*, unsigned*, unsigned char*, int, int, int);
 extern "C" int probe_launch(int grid, int threads, int order, const unsigned* in, unsigned* out,
@@ -69,24 +71,23 @@ extern "C" int probe_launch(int grid, int threads, int order, const unsigned* in
 }
 """
 
-_probe_library = None
+_probe_libraries = {}
 
 
-def probe_library() -> ctypes.CDLL:
-    global _probe_library
-    if _probe_library is None:
+def probe_library(build="traffic") -> ctypes.CDLL:
+    if build not in _probe_libraries:
         lib = build_library(
-            "traffic-probe",
+            f"{build}-probe",
             [],
             {"probe.cu": _PROBE, "probe_shim.cpp": _PROBE_SHIM % {"exports": TRAFFIC_EXPORTS}},
-            kernel_flags=TRAFFIC_FLAGS,
+            kernel_flags=BUILD_FLAGS[build],
         )
         bind_traffic(lib)
         ptr, i32 = ctypes.c_void_p, ctypes.c_int
         lib.probe_launch.argtypes = [i32, i32, i32, ptr, ptr, ptr, i32, i32, i32]
         lib.probe_launch.restype = i32
-        _probe_library = lib
-    return _probe_library
+        _probe_libraries[build] = lib
+    return _probe_libraries[build]
 
 
 def run_probe(pattern, *, grid=1, threads=32, stride=1, offset=0, order="forward"):
@@ -220,6 +221,26 @@ def test_counts_start_from_zero():
     again = run_probe(LOADS, stride=1)[0]
     for key in first.counts:
         assert np.array_equal(first.counts[key], again.counts[key])
+
+
+@pytest.mark.parametrize("order", sorted(ORDERS))
+def test_coverage_counts_a_loop_body_once_per_iteration_of_the_longest_lane(order):
+    lib = probe_library("coverage")
+    threads = 64
+    words = np.arange(32 * 32, dtype=np.uint32)
+    out = np.zeros(threads, np.uint32)
+    coverage = WarpCoverage()
+    lib.l3emu_coverage_start()
+    result = lib.probe_launch(1, threads, ORDERS[order], words.ctypes.data, out.ctypes.data, None, LANE_LOOP, 1, 0)
+    lib.l3emu_coverage_stop()
+    assert result == 0
+    coverage.add_from(lib)
+    # lane l of each warp runs the loop body l + 1 times: a warp issues it 32 times, not 528
+    warps = threads // WARP
+    assert max(coverage.runs.values()) == warps * WARP
+    # the blocks every thread runs once (entry, the pattern's test) are run once per warp
+    assert min(coverage.runs.values()) == warps
+    assert coverage.library_path and coverage.library_path.endswith(".so")
 
 
 # ------------------------------------------------------------------ the l3codec kernels
