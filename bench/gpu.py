@@ -455,8 +455,10 @@ def sass_per_sample_report(frames: list, sass_lines: dict, out) -> None:
           "block's source lines (with the lines they are inlined at, from DWARF) are priced with the "
           "sm_90 SASS nvdisasm attributes to the same inline stack, divided by the number of instantiations "
           "holding it (both sample sizes are); a g++ block that holds a fraction of a line's "
-          "instructions runs that fraction of the line. An estimate: g++ and nvcc lay out, hoist and "
-          "unroll differently (nvcc unrolls the warp scans, which this overprices).\n", file=out)
+          "instructions runs that fraction of the line. An ESTIMATE, biased high where nvcc makes "
+          "copies of a line that g++ does not (unrolled loops such as the warp scans, unswitched loops): "
+          "every copy is priced as if it ran. Unmatched SASS (lines g++ inlines differently) is left "
+          "out.\n", file=out)
     print("| mode | frames | warp-instructions per sample | SASS not matched to a line the emulation ran "
           "| top source lines (instructions per sample) |", file=out)
     print("|---|---|---|---|---|", file=out)
