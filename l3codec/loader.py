@@ -193,7 +193,7 @@ def _resize_nearest(canvas: torch.Tensor, regions: torch.Tensor, size: tuple) ->
 
     rows, cols = indices(regions[:, 0], size[0]), indices(regions[:, 1], size[1])
     batch = torch.arange(canvas.shape[0], device=canvas.device)[:, None, None]
-    return canvas[batch, rows[:, :, None], cols[:, None, :]]
+    return _bits(canvas)[batch, rows[:, :, None], cols[:, None, :]].view(canvas.dtype)
 
 
 def _interpolate(image: torch.Tensor, size) -> torch.Tensor:
@@ -202,11 +202,17 @@ def _interpolate(image: torch.Tensor, size) -> torch.Tensor:
     return F.interpolate(chw, size=tuple(size), mode="bilinear", align_corners=False, antialias=True)[0].permute(1, 2, 0)
 
 
+def _bits(images: torch.Tensor) -> torch.Tensor:
+    """uint16 as int16, the same bits: torch moves and indexes uint16 with few kernels (no flip, no gather)."""
+    return images.view(torch.int16) if images.dtype == torch.uint16 else images
+
+
 def _flip_where(images: torch.Tensor, flips: torch.Tensor) -> torch.Tensor:
     """Mirror the items (N, H, W, C) whose flag is set, in place."""
     chosen = torch.nonzero(flips).reshape(-1)
     if chosen.numel():
-        images[chosen] = images[chosen].flip(2)
+        bits = _bits(images)
+        bits[chosen] = bits[chosen].flip(2)
     return images
 
 
@@ -254,9 +260,9 @@ class _Finish:
         if tuple(crop.size) != (h, w):
             image = self._resized(name, image[None], torch.tensor([[h, w]], device=flat.device), crop.size)[0]
         else:
-            image = image.clone()  # the buffer is reused; list items get their own memory
+            image = _bits(image).clone().view(image.dtype)  # the buffer is reused; list items get their own memory
         if crop.flip:
-            image = image.flip(1)
+            image = _bits(image).flip(1).view(image.dtype)
         return self._present(name, image, batched=False)
 
     def _present(self, name, images: torch.Tensor, batched: bool) -> torch.Tensor:
