@@ -1,0 +1,107 @@
+"""l3convert: convert PNG/JPEG trees into sharded L3 datasets, and inspect them."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+EXAMPLES = """examples:
+  l3convert folder ~/photos ~/photos-l3                   ImageFolder tree (class = directory) or plain images
+  l3convert cityscapes ~/cityscapes ~/cityscapes-l3       leftImg8bit + gtFine, every split found
+  l3convert imagenet ~/ILSVRC/Data/CLS-LOC ~/imagenet-l3 --synset-words LOC_synset_mapping.txt
+  l3convert imagenet SRC DST --resize-short 256 --workers 8   lossy resize, recorded in the manifest
+  l3convert folder SRC DST --scheduler tcp://10.0.0.1:8786    on a Dask cluster (DST on a shared filesystem)
+  l3convert folder SRC DST --resume                            finish an interrupted run
+  l3convert inspect DST [--deep]                               counts, sizes, checksums (--deep decodes all)
+"""
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, not {text}")
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="l3convert", description="Re-encode PNG/JPEG datasets into sharded, indexed L3 datasets.",
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{folder,cityscapes,imagenet,inspect}")
+    layouts = {
+        "folder": "an ImageFolder tree (class index = sorted directory names) or plain images (no labels)",
+        "cityscapes": "leftImg8bit/{split}/{city}/*_leftImg8bit.png with gtFine (or gtCoarse) label maps",
+        "imagenet": "train/{wnid}/*.JPEG; val/ as wnid folders or flat with LOC_val_solution.csv",
+    }
+    for name, help_text in layouts.items():
+        command = commands.add_parser(name, help=help_text, description=help_text,
+                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        command.add_argument("src", help="the source tree")
+        command.add_argument("dst", help="the new dataset directory (must be new or empty, unless --resume)")
+        command.add_argument("--split", help="convert only this split (folder: the split name to use)"
+                             + (" [default: train]" if name == "folder" else " [default: every split found]"))
+        command.add_argument("--mode", choices=("compact", "fast"), default="compact",
+                             help="L3 mode for images; label maps are always compact")
+        command.add_argument("--tile-width", type=_positive, help="L3 tile width (default: the mode's)")
+        command.add_argument("--shard-size", default="256MB", help="about this many bytes per shard (256MB, 1MB)")
+        command.add_argument("--workers", type=int, help="processes (default: all cores; 0 or 1: in this process)")
+        command.add_argument("--scheduler", metavar="ADDRESS", help="run on this Dask distributed scheduler")
+        command.add_argument("--verify", action="store_true", help="decode every written sample and compare it "
+                             "with the source pixels")
+        command.add_argument("--resume", action="store_true", help="finish an interrupted conversion into DST")
+        command.add_argument("--max-side", type=_positive, help="LOSSY: downscale so the long side is <= N")
+        command.add_argument("--resize-short", type=_positive, help="LOSSY: downscale so the short side is N")
+        command.add_argument("--exif-transpose", action="store_true",
+                             help="apply EXIF orientation (default: pixels as stored, as torchvision's ImageFolder)")
+        command.add_argument("--no-progress", action="store_true", help="no progress bar")
+        if name == "cityscapes":
+            command.add_argument("--annotations", choices=("gtFine", "gtCoarse"), default="gtFine")
+        if name == "imagenet":
+            command.add_argument("--val-labels", help="ground truth for a flat val/ (LOC_val_solution.csv or "
+                                 "'file wnid' lines; default: found in SRC)")
+            command.add_argument("--synset-words", help="'wnid name' lines for class names (default: found in SRC)")
+    inspect = commands.add_parser("inspect", help="describe a converted dataset and check its shard checksums")
+    inspect.add_argument("dst", help="a converted dataset (path or fsspec URL)")
+    inspect.add_argument("--deep", action="store_true", help="also decode every sample")
+    inspect.add_argument("--json", action="store_true", help="print the report as JSON")
+    return parser
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    from l3codec.format import L3Error
+
+    from .layouts import LayoutError
+    from .pipeline import ConvertError, convert
+
+    try:
+        if args.command == "inspect":
+            from .inspect import inspect, report_text
+
+            report = inspect(args.dst, deep=args.deep)
+            if args.json:
+                import json
+
+                print(json.dumps(report, indent=1))
+            else:
+                print(report_text(report))
+            return 0 if report["ok"] else 1
+        options = {name: getattr(args, name) for name in ("annotations", "val_labels", "synset_words")
+                   if hasattr(args, name)}
+        summary = convert(
+            args.command, args.src, args.dst, split=args.split, mode=args.mode, tile_width=args.tile_width,
+            shard_size=args.shard_size, workers=args.workers, scheduler=args.scheduler, verify=args.verify,
+            resume=args.resume, max_side=args.max_side, resize_short=args.resize_short,
+            exif_transpose=args.exif_transpose, progress=not args.no_progress, **options)
+    except KeyboardInterrupt:
+        print("l3convert: interrupted; finished shards are kept, rerun with --resume to finish", file=sys.stderr)
+        return 130
+    except (LayoutError, ConvertError, L3Error, ValueError, FileNotFoundError) as error:
+        print(f"l3convert: {error}", file=sys.stderr)
+        return 2
+    print(summary)
+    return 1 if any(failure["kind"] == "verify" for failure in summary.failures) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

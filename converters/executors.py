@@ -1,0 +1,115 @@
+"""One executor interface, concurrent.futures style (submit, as_completed, shutdown), three engines.
+
+The conversion pipeline submits whole-shard tasks and never knows which engine runs them:
+- Inline: in this process (workers=0 or 1), what tests and notebooks use for tiny datasets;
+- a local process pool (workers=N, the default: all cores), one Numba thread per process;
+- a Dask distributed cluster (scheduler="tcp://host:8786"); DST must be on a filesystem its workers share.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import multiprocessing
+import os
+import signal
+
+_progress_queue = None  # set in each pool process: where per-image progress goes
+
+
+def progress_sink():
+    """The per-image progress queue of this process (None where progress is reported per shard)."""
+    return _progress_queue
+
+
+def _init_pool_process(queue) -> None:
+    global _progress_queue
+    _progress_queue = queue
+    # Ctrl-C reaches the whole process group: the coordinator handles it and stops the workers.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # One Numba thread per process, so N processes use N cores and do not oversubscribe them.
+    os.environ["NUMBA_NUM_THREADS"] = "1"
+
+
+class InlineExecutor:
+    """Runs each task at submit time in this process; results come back as finished futures."""
+
+    progress_queue = None
+
+    def submit(self, fn, /, *args, **kwargs):
+        future = concurrent.futures.Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as error:  # noqa: BLE001 - handed to the caller through the future
+            if isinstance(error, KeyboardInterrupt):
+                raise
+            future.set_exception(error)
+        return future
+
+    def as_completed(self, futures):
+        return iter(list(futures))
+
+    def shutdown(self, cancel: bool = False) -> None:
+        pass
+
+
+class PoolExecutor:
+    """A local process pool (forkserver: children do not inherit the coordinator's threads)."""
+
+    def __init__(self, workers: int):
+        context = multiprocessing.get_context("forkserver")
+        self.progress_queue = context.Queue()
+        self.workers = workers
+        self._pool = concurrent.futures.ProcessPoolExecutor(
+            workers, mp_context=context, initializer=_init_pool_process, initargs=(self.progress_queue,)
+        )
+
+    def submit(self, fn, /, *args, **kwargs):
+        return self._pool.submit(fn, *args, **kwargs)
+
+    def as_completed(self, futures):
+        return concurrent.futures.as_completed(futures)
+
+    def shutdown(self, cancel: bool = False) -> None:
+        if cancel:  # interrupted or failed: stop the shards in flight too (their temporary files stay behind)
+            for process in list((self._pool._processes or {}).values()):
+                process.terminate()
+        self._pool.shutdown(wait=True, cancel_futures=cancel)
+
+
+class DaskExecutor:
+    """Tasks on a Dask distributed cluster, through its own futures (which follow the same protocol)."""
+
+    progress_queue = None
+
+    def __init__(self, address):
+        try:
+            from distributed import Client
+        except ImportError as error:
+            raise RuntimeError("--scheduler needs Dask distributed: pip install 'l3codec[convert]'") from error
+        self._client = Client(address, set_as_default=False)
+        self.workers = max(1, len(self._client.scheduler_info().get("workers", {})))
+
+    def submit(self, fn, /, *args, **kwargs):
+        return self._client.submit(fn, *args, pure=False, **kwargs)
+
+    def as_completed(self, futures):
+        from distributed import as_completed
+
+        with self._client.as_current():  # as_completed finds its client as the current one
+            yield from as_completed(list(futures))
+
+    def shutdown(self, cancel: bool = False) -> None:
+        self._client.close()
+
+
+def make_executor(workers: int | None, scheduler):
+    """Inline for workers 0/1 without a scheduler, Dask with one, else a pool of workers (default: all cores)."""
+    if scheduler is not None:
+        return DaskExecutor(scheduler)
+    if workers is None:
+        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if workers <= 1 and workers >= 0:
+        return InlineExecutor()
+    if workers < 0:
+        raise ValueError(f"workers must be >= 0, not {workers}")
+    return PoolExecutor(workers)

@@ -1,0 +1,120 @@
+"""l3convert inspect: what a converted dataset holds, and whether its shards are intact."""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+
+import numpy as np
+
+from l3codec import dataset
+from l3codec.format import L3Error
+
+CHUNK = 1 << 22
+
+
+def _shard_digest(reader, name: str) -> tuple:
+    """(bytes, sha256) of a shard, streamed."""
+    digest, size = hashlib.sha256(), 0
+    path = reader._path(reader.split, name)
+    opener = reader._filesystem().open if reader.remote else open
+    with opener(path, "rb") as file:
+        while chunk := file.read(CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+    return size, digest.hexdigest()
+
+
+def inspect(root, /, *, deep: bool = False, storage_options=None) -> dict:
+    """A report: per split counts (per class), sizes, ratio, shapes, failures, checksum and decode checks."""
+    manifest = dataset.read_manifest(root, storage_options=storage_options)
+    report = {"root": str(root), "layout": manifest.get("source", {}).get("layout"),
+              "source": manifest.get("source", {}).get("path"), "options": manifest.get("options", {}),
+              "codec_format_version": manifest.get("codec_format_version"), "splits": {}, "problems": []}
+    class_names = manifest.get("class_names", [])
+    for split, facts in manifest.get("splits", {}).items():
+        reader = dataset.open_dataset(root, split, storage_options=storage_options)
+        index = reader.index
+        shard_bytes = 0
+        sizes = {}
+        for shard in facts.get("shards", []):
+            try:
+                size, sha = _shard_digest(reader, shard["name"])
+            except OSError as error:
+                report["problems"].append(f"{split}/{shard['name']}: unreadable ({error})")
+                continue
+            shard_bytes += size
+            sizes[shard["name"]] = size
+            if size != shard["bytes"] or sha != shard["sha256"]:
+                report["problems"].append(f"{split}/{shard['name']}: checksum mismatch "
+                                          f"({size} bytes, manifest says {shard['bytes']})")
+        for field in reader.members:
+            ends = index[f"{field}_offset"].astype(np.int64) + index[f"{field}_size"].astype(np.int64)
+            for number in np.unique(index["shard"]):
+                limit = sizes.get(dataset.shard_name(int(number)))
+                if limit is not None and ends[index["shard"] == number].max(initial=0) > limit:
+                    report["problems"].append(f"{split}/{dataset.shard_name(int(number))}: index points past its end")
+        labels = index["label"]
+        per_class = {}
+        if labels.size and (labels >= 0).any():
+            counts = np.bincount(labels[labels >= 0])
+            per_class = {(class_names[i] if i < len(class_names) else str(i)): int(count)
+                         for i, count in enumerate(counts) if count}
+        shapes = collections.Counter(zip(index["image_height"].tolist(), index["image_width"].tolist(),
+                                         index["image_channels"].tolist(), index["image_bits"].tolist()))
+        member_bytes = int(sum(index[f"{field}_size"].astype(np.int64).sum() for field in reader.fields))
+        decoded = 0
+        if deep:
+            import l3codec
+
+            for i in range(len(reader)):
+                for field in reader.fields:
+                    try:
+                        l3codec.decode(reader.read(i, field))
+                        decoded += 1
+                    except L3Error as error:
+                        report["problems"].append(f"{split}/{reader.key(i)}.{dataset.FIELDS[field]}: {error}")
+        source_bytes = facts.get("source_bytes", 0)
+        report["splits"][split] = {
+            "samples": len(reader), "fields": list(reader.fields), "shards": len(facts.get("shards", [])),
+            "per_class": per_class, "failures": facts.get("failures", 0),
+            "source_bytes": source_bytes, "l3_bytes": member_bytes, "shard_bytes": shard_bytes,
+            "ratio": member_bytes / source_bytes if source_bytes else None,
+            "container_overhead": (shard_bytes - member_bytes) / member_bytes if member_bytes else None,
+            "shapes": [{"height": h, "width": w, "channels": c, "bits": b, "count": n}
+                       for (h, w, c, b), n in shapes.most_common(5)],
+            "decoded": decoded if deep else None,
+        }
+    report["failures"] = manifest.get("failures", [])
+    report["ok"] = not report["problems"]
+    return report
+
+
+def report_text(report: dict) -> str:
+    lines = [f"{report['root']}: {report['layout']} from {report['source']}, "
+             f"L3 format {report['codec_format_version']}, images {report['options'].get('mode')}"]
+    if report["options"].get("lossy_resize"):
+        lines.append(f"  LOSSY resize: max_side={report['options'].get('max_side')} "
+                     f"resize_short={report['options'].get('resize_short')}")
+    for split, facts in report["splits"].items():
+        ratio = f"{facts['ratio']:.3f}" if facts["ratio"] is not None else "n/a"
+        overhead = f"{facts['container_overhead'] * 100:.2f}%" if facts["container_overhead"] is not None else "n/a"
+        lines.append(f"{split}: {facts['samples']} samples ({', '.join(facts['fields'])}), {facts['shards']} shards, "
+                     f"{facts['failures']} failures; source {facts['source_bytes'] / 1e6:.2f} MB, "
+                     f"L3 {facts['l3_bytes'] / 1e6:.2f} MB (ratio {ratio}), shards {facts['shard_bytes'] / 1e6:.2f} MB "
+                     f"(container overhead {overhead})")
+        if facts["per_class"]:
+            shown = list(facts["per_class"].items())[:10]
+            more = f", ... ({len(facts['per_class'])} classes)" if len(facts["per_class"]) > 10 else ""
+            lines.append("  per class: " + ", ".join(f"{name} {count}" for name, count in shown) + more)
+        lines.append("  shapes: " + ", ".join(f"{s['height']}x{s['width']}x{s['channels']} {s['bits']}-bit "
+                                             f"({s['count']})" for s in facts["shapes"]))
+        if facts["decoded"] is not None:
+            lines.append(f"  decoded {facts['decoded']} images")
+    for failure in report["failures"][:10]:
+        lines.append(f"  failed source {failure['split']}/{failure['key']}: {failure['error']}")
+    lines += [f"PROBLEM {problem}" for problem in report["problems"]]
+    lines.append("all shard checksums match" + (" and every image decodes" if any(
+        facts["decoded"] is not None for facts in report["splits"].values()) else "") if report["ok"]
+                 else f"{len(report['problems'])} problems")
+    return "\n".join(lines)

@@ -1,0 +1,516 @@
+"""The conversion pipeline: plan shards, convert each shard in a worker, index and describe the result.
+
+Coordinator: finds the layout, plans shards (consecutive samples, about shard_size bytes each,
+estimated from source sizes), submits one task per unfinished shard, then writes every split's
+index.npy and, last, manifest.json. Worker (convert_shard): for each sample, decode the sources once,
+encode with l3codec.encode, optionally decode the result and compare with the pixels in memory,
+append to the shard, and finally write the shard's record into DST/.l3convert/ — the record is
+the mark of a finished shard that --resume trusts.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import shutil
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+import l3codec
+from l3codec import dataset
+from l3codec.format import MODES, L3Error
+
+from . import executors
+from .layouts import find_layout
+from .pixels import LOSSY_SUFFIXES, SourceError, decode_source, resize, target_size
+
+WORK_DIR = ".l3convert"
+LABEL_FIELDS = ("labelIds", "instanceIds", "color")  # always stored compact, never resized smoothly
+LOSSY_EXPANSION = 4  # planning guess: L3 bytes per byte of JPEG/WebP source (lossless sources: 1)
+CONVERTER_VERSION = 1
+
+
+class ConvertError(RuntimeError):
+    """The conversion cannot go on (destination unusable, plan changed under --resume, ...)."""
+
+
+def parse_size(text) -> int:
+    """'256MB', '1MiB', '500k', 1000000 -> bytes."""
+    if isinstance(text, (int, np.integer)):
+        value = int(text)
+    else:
+        units = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
+                 "kib": 2**10, "mib": 2**20, "gib": 2**30}
+        cleaned = str(text).strip().lower()
+        number = cleaned.rstrip("kmgib")
+        unit = cleaned[len(number):]
+        try:
+            value = int(float(number) * units[unit])
+        except (ValueError, KeyError):
+            raise ValueError(f"shard size must look like 256MB, 1MiB or 500000, not {text!r}") from None
+    if value <= 0:
+        raise ValueError(f"shard size must be positive, not {text!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class ShardTask:
+    split: str
+    number: int
+    fields: tuple
+    has_json: bool
+    key_width: int
+    samples: tuple  # SourceSample, ...
+
+
+@dataclass
+class Summary:
+    """What a conversion did; str() is the final table."""
+
+    dst: str
+    samples: int = 0
+    failures: list = field(default_factory=list)
+    source_bytes: int = 0
+    l3_bytes: int = 0
+    shards: int = 0
+    shards_reused: int = 0
+    wall_seconds: float = 0.0
+    verified: bool = False
+    per_split: dict = field(default_factory=dict)
+
+    @property
+    def ratio(self) -> float:
+        return self.l3_bytes / self.source_bytes if self.source_bytes else float("nan")
+
+    def __str__(self) -> str:
+        rows = [("split", "samples", "failures", "source MB", "L3 MB", "ratio")]
+        for name, split in self.per_split.items():
+            ratio = split["l3_bytes"] / split["source_bytes"] if split["source_bytes"] else float("nan")
+            rows.append((name, split["samples"], split["failures"], f"{split['source_bytes'] / 1e6:.1f}",
+                         f"{split['l3_bytes'] / 1e6:.1f}", f"{ratio:.3f}"))
+        rows.append(("total", self.samples, len(self.failures), f"{self.source_bytes / 1e6:.1f}",
+                     f"{self.l3_bytes / 1e6:.1f}", f"{self.ratio:.3f}"))
+        widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
+        lines = ["  ".join(str(value).rjust(width) for value, width in zip(row, widths)) for row in rows]
+        rate = self.samples / self.wall_seconds if self.wall_seconds else 0.0
+        lines.append(f"{self.shards} shards ({self.shards_reused} reused), wall {self.wall_seconds:.1f} s, "
+                     f"{rate:.1f} images/s, {self.source_bytes / 1e6 / max(self.wall_seconds, 1e-9):.1f} MB/s"
+                     + (", every sample verified" if self.verified else ""))
+        for failure in self.failures[:10]:
+            lines.append(f"  skipped {failure['split']}/{failure['key']}: {failure['error']} ({failure['source']})")
+        if len(self.failures) > 10:
+            lines.append(f"  ... and {len(self.failures) - 10} more failures (manifest.json lists them all)")
+        return "\n".join(lines)
+
+
+# -- worker side ----------------------------------------------------------------------------------------
+
+def _read_file(path: str, member: str) -> bytes:
+    try:
+        with open(path, "rb") as file:
+            return file.read()
+    except OSError as error:
+        raise SourceError(f"{member} {path} unreadable: {error.strerror or error}") from error
+
+
+def _encode_sample(sample, fields, options) -> tuple:
+    """(images {field: bytes}, infos, json bytes, source bytes, notes) or SourceError."""
+    arrays, source_bytes, notes, json_bytes = {}, 0, [], None
+    paths = dict(sample.files)
+    for member, path in sample.files:
+        if member == "json":
+            json_bytes = _read_file(path, member)
+            source_bytes += len(json_bytes)
+            continue
+        if member not in fields:
+            continue
+        data = _read_file(path, member)
+        source_bytes += len(data)
+        try:
+            arrays[member], member_notes = decode_source(data, exif_transpose=options["exif_transpose"])
+        except SourceError as error:
+            raise SourceError(f"{member} {path}: {error}") from error
+        notes += member_notes
+    missing = [member for member in fields if member not in arrays]
+    if missing:
+        raise SourceError(f"missing {', '.join(missing)} ({paths})")
+    base = arrays["image"].shape[:2]
+    for member, array in arrays.items():
+        if array.shape[:2] != base:
+            raise SourceError(f"{member} is {array.shape[:2]}, the image is {base}")
+    size = target_size(*base, max_side=options["max_side"], resize_short=options["resize_short"])
+    images, infos = {}, {}
+    for member, array in arrays.items():
+        labels = member in LABEL_FIELDS
+        array = resize(array, size, labels=labels)
+        data = l3codec.encode(array, mode="compact" if labels else options["mode"],
+                              tile_width=options["tile_width"])
+        if options["verify"] and not _same_pixels(l3codec.decode(data), array):
+            raise VerifyError(f"{member}: decoded L3 pixels differ from the source pixels")
+        images[member], infos[member] = data, l3codec.info(data)
+    return images, infos, json_bytes, source_bytes, notes
+
+
+def _same_pixels(decoded: np.ndarray, source: np.ndarray) -> bool:
+    """decode() gives HW for one channel where the source may be HW1."""
+    return decoded.size == source.size and decoded.dtype == source.dtype and np.array_equal(
+        decoded.reshape(source.shape), source)
+
+
+class VerifyError(Exception):
+    """A written sample did not decode to its source pixels (a codec fault: reported, never written)."""
+
+
+def _record_paths(dst: str, split: str, number: int) -> tuple:
+    base = os.path.join(dst, WORK_DIR, split, f"shard-{number:06d}")
+    return f"{base}.npy", f"{base}.json"
+
+
+def convert_shard(task: ShardTask, options: dict, dst: str) -> dict:
+    """Convert one shard's samples; write the shard, its .idx and its record; the record (without rows)."""
+    if os.environ.get("NUMBA_NUM_THREADS") == "1":
+        import numba
+
+        numba.set_num_threads(1)
+    started = time.perf_counter()
+    queue = executors.progress_sink()
+    directory = os.path.join(dst, task.split)
+    writer = dataset.ShardWriter(directory, task.number, task.fields, key_width=task.key_width,
+                                 has_json=task.has_json)
+    failures, notes, source_total, written_total = [], {}, 0, 0
+    try:
+        for sample in task.samples:
+            image_path = dict(sample.files)["image"]
+            try:
+                images, infos, json_bytes, source_bytes, sample_notes = _encode_sample(sample, task.fields, options)
+            except (SourceError, VerifyError, L3Error) as error:
+                kind = "verify" if isinstance(error, VerifyError) else "source"
+                failures.append({"split": task.split, "key": sample.key, "source": image_path,
+                                 "kind": kind, "error": str(error)})
+                if queue is not None:
+                    queue.put((1, 0, 0))
+                continue
+            writer.add(sample.key, images, infos=infos, label=sample.label, json_bytes=json_bytes,
+                       source_bytes=source_bytes, mtime=int(os.stat(image_path).st_mtime))
+            for note in sample_notes:
+                notes[note] = notes.get(note, 0) + 1
+            written = sum(len(data) for data in images.values())
+            source_total += source_bytes
+            written_total += written
+            if queue is not None:
+                queue.put((1, source_bytes, written))
+        record = writer.close()
+    except BaseException:
+        writer.abort()
+        raise
+    rows = record.pop("rows")
+    record.update(split=task.split, failures=failures, notes=notes, source_bytes=source_total,
+                  l3_bytes=written_total, seconds=time.perf_counter() - started)
+    rows_path, record_path = _record_paths(dst, task.split, task.number)
+    buffer = _npy_bytes(rows)
+    dataset.write_atomic(rows_path, buffer)
+    dataset.write_atomic(record_path, json.dumps(record).encode())
+    return record
+
+
+def _npy_bytes(rows: np.ndarray) -> bytes:
+    import io
+
+    buffer = io.BytesIO()
+    np.save(buffer, rows, allow_pickle=False)
+    return buffer.getvalue()
+
+
+def _load_record(dst: str, split: str, number: int) -> dict | None:
+    """A finished shard's record with its rows, or None if the shard is not finished."""
+    rows_path, record_path = _record_paths(dst, split, number)
+    shard_path = os.path.join(dst, split, dataset.shard_name(number))
+    try:
+        with open(record_path, encoding="utf-8") as file:
+            record = json.load(file)
+        rows = np.load(rows_path, allow_pickle=False)
+        if os.path.getsize(shard_path) != record["bytes"]:
+            return None
+    except (OSError, ValueError, KeyError):
+        return None
+    record["rows"] = rows
+    return record
+
+
+# -- coordinator side -----------------------------------------------------------------------------------
+
+def _estimated_bytes(sample) -> int:
+    total = 0
+    for _, path in sample.files:
+        try:
+            size = os.path.getsize(path)
+        except OSError:
+            size = 0
+        total += size * (LOSSY_EXPANSION if path.lower().endswith(LOSSY_SUFFIXES) else 1)
+    return total
+
+
+def plan_shards(layout, shard_bytes: int) -> list:
+    """Consecutive samples per shard, each shard about shard_bytes of estimated L3 output."""
+    tasks = []
+    for split, samples in layout.splits.items():
+        fields = layout.fields[split]
+        has_json = any(member == "json" for sample in samples for member, _ in sample.files)
+        key_width = max(len(sample.key.encode()) for sample in samples)
+        number, current, current_bytes = 0, [], 0
+        for sample in samples:
+            estimate = _estimated_bytes(sample)
+            if current and current_bytes + estimate > shard_bytes:
+                tasks.append(ShardTask(split, number, fields, has_json, key_width, tuple(current)))
+                number, current, current_bytes = number + 1, [], 0
+            current.append(sample)
+            current_bytes += estimate
+        if current:
+            tasks.append(ShardTask(split, number, fields, has_json, key_width, tuple(current)))
+    return tasks
+
+
+def _plan_fingerprint(layout_name: str, tasks: list, byte_options: dict) -> str:
+    """A hash of everything that decides the output bytes: options, shard plan, source files and mtimes."""
+    digest = hashlib.sha256(json.dumps({"layout": layout_name, "options": byte_options,
+                                        "converter": CONVERTER_VERSION}, sort_keys=True).encode())
+    for task in tasks:
+        digest.update(f"{task.split}/{task.number}/{task.fields}/{task.has_json}/{task.key_width}\n".encode())
+        for sample in task.samples:
+            digest.update(f"{sample.key}|{sample.label}".encode())
+            for member, path in sample.files:
+                try:
+                    stat = os.stat(path)
+                    digest.update(f"|{member}={path}:{stat.st_size}:{int(stat.st_mtime)}".encode())
+                except OSError:
+                    digest.update(f"|{member}={path}:missing".encode())
+            digest.update(b"\n")
+    return digest.hexdigest()
+
+
+def _destination_error(error: OSError, dst: str) -> ConvertError:
+    reasons = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exhausted",
+               errno.EROFS: "it is on a read-only filesystem", errno.EACCES: "permission denied",
+               errno.EPERM: "permission denied"}
+    reason = reasons.get(error.errno, error.strerror or str(error))
+    return ConvertError(f"cannot write the dataset to {dst}: {reason} ({error.filename or dst}); "
+                        "finished shards are kept, free space or fix the destination and rerun with --resume")
+
+
+def _prepare_destination(dst: str, fingerprint: str, resume: bool, splits) -> None:
+    work = os.path.join(dst, WORK_DIR)
+    plan_path = os.path.join(work, "plan.json")
+    if os.path.exists(os.path.join(dst, dataset.MANIFEST_NAME)) and not resume:
+        raise ConvertError(f"{dst} already holds a converted dataset; delete it first "
+                           "(or pass --resume to check it is complete)")
+    if os.path.isdir(dst) and os.listdir(dst) and not os.path.isdir(work) and not resume:
+        raise ConvertError(f"{dst} is not empty ({', '.join(sorted(os.listdir(dst))[:5])}); "
+                           "choose an empty or new directory")
+    if os.path.isdir(work):
+        if not resume:
+            raise ConvertError(f"{dst} holds an interrupted conversion; rerun with --resume to finish it, "
+                               "or delete the directory to start over")
+        try:
+            with open(plan_path, encoding="utf-8") as file:
+                previous = json.load(file)["fingerprint"]
+        except (OSError, ValueError, KeyError):
+            previous = None
+        if previous != fingerprint:
+            raise ConvertError(f"the sources or options changed since the interrupted conversion in {dst}; "
+                               "--resume needs the same ones (or delete the directory to start over)")
+    try:
+        for split in splits:
+            os.makedirs(os.path.join(work, split), exist_ok=True)
+            os.makedirs(os.path.join(dst, split), exist_ok=True)
+        dataset.write_atomic(plan_path, json.dumps({"fingerprint": fingerprint}).encode())
+    except OSError as error:
+        raise _destination_error(error, dst) from error
+
+
+class _Progress:
+    """A tqdm bar fed per image (pool workers' queue) or per shard (inline and Dask)."""
+
+    def __init__(self, total: int, enabled: bool, queue):
+        self.queue = queue
+        self.source_bytes = 0
+        self.started = time.perf_counter()
+        self.bar = None
+        if enabled:
+            try:
+                from tqdm import tqdm
+
+                self.bar = tqdm(total=total, unit="img", dynamic_ncols=True, file=sys.stderr)
+            except ImportError:
+                self.bar = None
+        self._stop = threading.Event()
+        self._thread = None
+        if queue is not None:
+            self._thread = threading.Thread(target=self._drain, daemon=True)
+            self._thread.start()
+
+    def _drain(self):
+        import queue as queue_module
+
+        while not self._stop.is_set():
+            try:
+                images, source_bytes, _ = self.queue.get(timeout=0.2)
+            except (queue_module.Empty, OSError, EOFError, ValueError):
+                continue
+            self.advance(images, source_bytes)
+
+    def advance(self, images: int, source_bytes: int) -> None:
+        self.source_bytes += source_bytes
+        if self.bar is not None:
+            self.bar.update(images)
+            seconds = max(time.perf_counter() - self.started, 1e-9)
+            self.bar.set_postfix_str(f"{self.source_bytes / 1e6 / seconds:.1f} MB/s", refresh=False)
+
+    def shard_done(self, record: dict) -> None:
+        if self.queue is None:
+            self.advance(record["samples"] + len(record["failures"]), record["source_bytes"])
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=1)
+        if self.bar is not None:
+            self.bar.close()
+
+
+def convert(layout: str, src, dst, /, *, split: str | None = None, mode: str = "compact",
+            tile_width: int | None = None, shard_size="256MB", workers: int | None = None, scheduler=None,
+            verify: bool = False, resume: bool = False, max_side: int | None = None,
+            resize_short: int | None = None, exif_transpose: bool = False, annotations: str = "gtFine",
+            val_labels: str | None = None, synset_words: str | None = None,
+            progress: bool = True) -> Summary:
+    """Convert a folder, Cityscapes or ImageNet tree at src into a sharded L3 dataset at dst.
+
+    workers: processes (default all cores; 0 or 1 runs in this process); scheduler: a Dask
+    distributed address instead. resume finishes an interrupted run; verify decodes every written
+    sample and compares it with the source pixels. Returns a Summary (print it for the table).
+    """
+    started = time.perf_counter()
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {sorted(MODES)}, not {mode!r}")
+    for name, value in (("max_side", max_side), ("resize_short", resize_short), ("tile_width", tile_width)):
+        if value is not None and (not isinstance(value, int) or value < 1):
+            raise ValueError(f"{name} must be a positive integer, not {value!r}")
+    shard_bytes = parse_size(shard_size)
+    src, dst = os.path.abspath(os.fspath(src)), os.path.abspath(os.fspath(dst))
+    found = find_layout(layout, src, split=split, annotations=annotations, val_labels=val_labels,
+                        synset_words=synset_words)
+    tasks = plan_shards(found, shard_bytes)
+    byte_options = {"mode": mode, "label_mode": "compact", "tile_width": tile_width, "shard_size": shard_bytes,
+                    "max_side": max_side, "resize_short": resize_short, "exif_transpose": exif_transpose,
+                    "annotations": annotations if layout == "cityscapes" else None}
+    fingerprint = _plan_fingerprint(found.name, tasks, byte_options)
+    _prepare_destination(dst, fingerprint, resume, found.splits)
+    if os.path.exists(os.path.join(dst, dataset.MANIFEST_NAME)):
+        return _summary_from_manifest(dst, started)
+    worker_options = {**byte_options, "verify": verify}
+    records = {}
+    pending = []
+    for task in tasks:
+        record = _load_record(dst, task.split, task.number) if resume else None
+        if record is not None:
+            records[(task.split, task.number)] = record
+        else:
+            pending.append(task)
+    reused = len(records)
+    executor = executors.make_executor(workers, scheduler)
+    bar = _Progress(sum(len(task.samples) for task in tasks), progress, executor.progress_queue)
+    bar.advance(sum(len(task.samples) for task in tasks if (task.split, task.number) in records), 0)
+    interrupted = True
+    futures = []
+    try:
+        futures = [executor.submit(convert_shard, task, worker_options, dst) for task in pending]
+        for future in executor.as_completed(futures):
+            try:
+                record = future.result()
+            except OSError as error:
+                raise _destination_error(error, dst) from error
+            bar.shard_done(record)
+            records[(record["split"], record["shard"])] = _load_record(dst, record["split"], record["shard"])
+        interrupted = False
+    finally:
+        bar.close()
+        executor.shutdown(cancel=interrupted)
+    try:
+        summary = _finish(found, src, dst, tasks, records, byte_options, verify, started)
+    except OSError as error:
+        raise _destination_error(error, dst) from error
+    summary.shards_reused = reused
+    return summary
+
+
+def _finish(found, src, dst, tasks, records, byte_options, verify, started) -> Summary:
+    """Write every split's index, then the manifest; drop the work directory."""
+    summary = Summary(dst=dst, verified=verify)
+    splits = {}
+    notes = {}
+    for split in found.splits:
+        split_records = [records[(task.split, task.number)] for task in tasks if task.split == split]
+        if any(record is None for record in split_records):
+            raise ConvertError(f"a shard of {split} has no record; rerun with --resume")
+        rows = dataset.concatenate_rows(split_records)
+        dataset.write_index(os.path.join(dst, split), rows)
+        failures = [failure for record in split_records for failure in record["failures"]]
+        for record in split_records:
+            for note, count in record["notes"].items():
+                notes[note] = notes.get(note, 0) + count
+        source_bytes = sum(record["source_bytes"] for record in split_records)
+        l3_bytes = sum(record["l3_bytes"] for record in split_records)
+        shard_bytes = sum(record["bytes"] for record in split_records)
+        splits[split] = {
+            "samples": int(rows.shape[0]),
+            "failures": len(failures),
+            "fields": list(found.fields[split]),
+            "labelled": bool(rows.shape[0]) and bool((rows["label"] >= 0).any()),
+            "source_bytes": source_bytes,
+            "l3_bytes": l3_bytes,
+            "shard_bytes": shard_bytes,
+            "shards": [{key: record[key] for key in ("name", "bytes", "sha256", "samples")}
+                       for record in split_records],
+        }
+        summary.per_split[split] = {"samples": int(rows.shape[0]), "failures": len(failures),
+                                    "source_bytes": source_bytes, "l3_bytes": l3_bytes}
+        summary.samples += int(rows.shape[0])
+        summary.failures += failures
+        summary.source_bytes += source_bytes
+        summary.l3_bytes += l3_bytes
+        summary.shards += len(split_records)
+    dataset.write_manifest(dst, {
+        "codec_format_version": l3codec.VERSION,
+        "l3codec_version": l3codec.__version__,
+        "source": {"path": src, "layout": found.name},
+        "options": {**byte_options, "lossy_resize": byte_options["max_side"] is not None
+                    or byte_options["resize_short"] is not None},
+        "class_names": found.class_names,
+        "class_ids": found.class_ids,
+        "splits": splits,
+        "failures": summary.failures,
+        "pixel_notes": notes,
+    })
+    shutil.rmtree(os.path.join(dst, WORK_DIR), ignore_errors=True)
+    summary.wall_seconds = time.perf_counter() - started
+    return summary
+
+
+def _summary_from_manifest(dst: str, started: float) -> Summary:
+    manifest = dataset.read_manifest(dst)
+    summary = Summary(dst=dst, failures=list(manifest.get("failures", [])))
+    for name, split in manifest["splits"].items():
+        summary.per_split[name] = {key: split[key] for key in ("samples", "failures", "source_bytes", "l3_bytes")}
+        summary.samples += split["samples"]
+        summary.source_bytes += split["source_bytes"]
+        summary.l3_bytes += split["l3_bytes"]
+        summary.shards += len(split["shards"])
+    summary.shards_reused = summary.shards
+    summary.wall_seconds = time.perf_counter() - started
+    return summary

@@ -1,0 +1,414 @@
+"""The sharded dataset container: tar shards in WebDataset layout, a memory-mappable index, a manifest.
+
+docs/DATASET.md has the byte and record layouts. This module stores and finds bytes; it never
+decodes pixels, and never imports numba or torch (numpy and the standard library, fsspec for URLs).
+
+    DST/manifest.json              what was converted, how, counts, failures, shard checksums
+    DST/<split>/index.npy          one INDEX row per sample (little-endian structured array)
+    DST/<split>/shard-000000.tar   <key>.l3, <key>.labelIds.l3, ..., <key>.cls, <key>.json
+    DST/<split>/shard-000000.idx   the same members in DALI's wds2idx index format
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import tarfile
+
+import numpy as np
+
+from .format import L3Error
+
+DATASET_FORMAT = "l3dataset"
+DATASET_VERSION = 1
+MANIFEST_NAME = "manifest.json"
+INDEX_NAME = "index.npy"
+
+# Image-like fields (each an L3 file) and their tar member suffixes, in member order.
+FIELDS = {
+    "image": "l3",
+    "labelIds": "labelIds.l3",
+    "instanceIds": "instanceIds.l3",
+    "color": "color.l3",
+}
+# Members that are not images: the class index as ASCII decimal, and per-sample JSON (e.g. polygons).
+CLASS_SUFFIX = "cls"
+JSON_MEMBER = "json"
+SUFFIXES = {**FIELDS, JSON_MEMBER: "json"}
+
+TAR_BLOCK = 512
+WDS2IDX_VERSION = "v1.2"
+
+
+def shard_name(number: int) -> str:
+    return f"shard-{number:06d}.tar"
+
+
+def idx_name(number: int) -> str:
+    return f"shard-{number:06d}.idx"
+
+
+def index_dtype(fields, key_width: int, has_json: bool = False) -> np.dtype:
+    """The per-sample row: key, shard, label, source size, then offset/size/shape columns per field."""
+    columns = [
+        ("key", f"S{max(1, key_width)}"),
+        ("shard", "<u4"),
+        ("label", "<i4"),
+        ("source_bytes", "<u8"),
+    ]
+    for field in fields:
+        if field not in FIELDS:
+            raise L3Error(f"unknown field {field!r}; fields are {list(FIELDS)}")
+        columns += [
+            (f"{field}_offset", "<u8"),
+            (f"{field}_size", "<u8"),
+            (f"{field}_height", "<u4"),
+            (f"{field}_width", "<u4"),
+            (f"{field}_channels", "u1"),
+            (f"{field}_bits", "u1"),
+        ]
+    if has_json:
+        columns += [("json_offset", "<u8"), ("json_size", "<u8")]
+    return np.dtype(columns)
+
+
+class _HashingFile:
+    """A write-only file that hashes what passes through it (tarfile needs write and tell)."""
+
+    def __init__(self, file):
+        self.file = file
+        self.digest = hashlib.sha256()
+        self.position = 0
+
+    def write(self, data):
+        self.digest.update(data)
+        self.file.write(data)
+        self.position += len(data)
+        return len(data)
+
+    def tell(self):
+        return self.position
+
+
+class ShardWriter:
+    """Writes one whole shard under a temporary name; close() renames it and returns its record.
+
+    add() takes a sample's members (field -> L3 bytes, optional JSON bytes, class label) and the
+    facts of each image (from l3codec.info); the returned record holds one index row per sample.
+    A shard that was never closed leaves only a ``.tmp`` file, which never counts as written.
+    """
+
+    def __init__(self, directory, number: int, fields, *, key_width: int, has_json: bool = False):
+        self.directory = os.fspath(directory)
+        self.number = number
+        self.fields = tuple(fields)
+        self.has_json = has_json
+        self.dtype = index_dtype(self.fields, key_width, has_json)
+        self.path = os.path.join(self.directory, shard_name(number))
+        self.temporary = f"{self.path}.tmp"
+        self._file = open(self.temporary, "wb")
+        self._hashing = _HashingFile(self._file)
+        self._tar = tarfile.open(fileobj=self._hashing, mode="w", format=tarfile.PAX_FORMAT)
+        self._rows = []
+        self._idx_lines = []
+
+    def _member(self, name: str, data: bytes, mtime: int) -> tuple:
+        info = tarfile.TarInfo(name)
+        info.size = len(data)
+        info.mtime = mtime
+        info.mode = 0o644
+        self._tar.addfile(info, io.BytesIO(data))
+        # the data ends where the tar now stands, less the padding to a whole block
+        padded = -(-len(data) // TAR_BLOCK) * TAR_BLOCK
+        return self._tar.offset - padded, len(data)
+
+    def add(self, key: str, images: dict, *, infos: dict, label: int = -1, json_bytes: bytes | None = None,
+            source_bytes: int = 0, mtime: int = 0) -> None:
+        if "." in key or not key or key.startswith("/"):
+            raise L3Error(f"sample key {key!r} must be non-empty, relative and hold no '.'")
+        if set(images) != set(self.fields):
+            raise L3Error(f"sample {key!r} has fields {sorted(images)}, the shard expects {sorted(self.fields)}")
+        row = np.zeros((), self.dtype)
+        row["key"] = key.encode()
+        row["shard"] = self.number
+        row["label"] = label
+        row["source_bytes"] = source_bytes
+        idx_members = []
+        for field in self.fields:
+            name = f"{key}.{FIELDS[field]}"
+            offset, size = self._member(name, images[field], mtime)
+            info = infos[field]
+            row[f"{field}_offset"], row[f"{field}_size"] = offset, size
+            row[f"{field}_height"], row[f"{field}_width"] = info.height, info.width
+            row[f"{field}_channels"], row[f"{field}_bits"] = info.channels, info.bits
+            idx_members.append((FIELDS[field], offset, size, name))
+        if label >= 0:
+            name = f"{key}.{CLASS_SUFFIX}"
+            data = str(label).encode()
+            offset, size = self._member(name, data, mtime)
+            idx_members.append((CLASS_SUFFIX, offset, size, name))
+        if self.has_json:
+            data = json_bytes if json_bytes is not None else b"{}"
+            name = f"{key}.{JSON_MEMBER}"
+            offset, size = self._member(name, data, mtime)
+            row["json_offset"], row["json_size"] = offset, size
+            idx_members.append((JSON_MEMBER, offset, size, name))
+        self._rows.append(row)
+        self._idx_lines.append(" ".join(f"{ext} {offset} {size} {name}" for ext, offset, size, name in idx_members))
+
+    def __len__(self):
+        return len(self._rows)
+
+    def close(self) -> dict:
+        """Finish the tar, write the .idx, rename both into place; the shard's record."""
+        self._tar.close()
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+        idx_path = os.path.join(self.directory, idx_name(self.number))
+        idx_text = f"{WDS2IDX_VERSION} {len(self._idx_lines)}\n" + "".join(line + "\n" for line in self._idx_lines)
+        write_atomic(idx_path, idx_text.encode())
+        os.replace(self.temporary, self.path)
+        rows = np.array(self._rows, self.dtype) if self._rows else np.zeros(0, self.dtype)
+        return {
+            "shard": self.number,
+            "name": shard_name(self.number),
+            "bytes": self._hashing.position,
+            "sha256": self._hashing.digest.hexdigest(),
+            "samples": len(self._rows),
+            "rows": rows,
+        }
+
+    def abort(self) -> None:
+        """Drop the unfinished shard (its temporary file)."""
+        try:
+            self._tar.close()
+        except Exception:  # noqa: BLE001 - the file is being thrown away
+            pass
+        self._file.close()
+        if os.path.exists(self.temporary):
+            os.remove(self.temporary)
+
+
+def write_atomic(path, data: bytes) -> None:
+    """Write data to path through a temporary name and a rename, so a reader never sees half a file."""
+    temporary = f"{path}.tmp"
+    with open(temporary, "wb") as file:
+        file.write(data)
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(temporary, path)
+
+
+def write_index(directory, rows: np.ndarray) -> str:
+    """Write a split's index.npy (rows in sample order); its path."""
+    buffer = io.BytesIO()
+    np.save(buffer, np.ascontiguousarray(rows), allow_pickle=False)
+    path = os.path.join(os.fspath(directory), INDEX_NAME)
+    write_atomic(path, buffer.getvalue())
+    return path
+
+
+def write_manifest(root, manifest: dict) -> str:
+    """Write DST/manifest.json last: its presence marks a finished dataset."""
+    body = {"format": DATASET_FORMAT, "version": DATASET_VERSION, **manifest}
+    path = os.path.join(os.fspath(root), MANIFEST_NAME)
+    write_atomic(path, (json.dumps(body, indent=1, sort_keys=False) + "\n").encode())
+    return path
+
+
+def concatenate_rows(records) -> np.ndarray:
+    """One index from shard records in shard order (keys widened to the widest)."""
+    arrays = [record["rows"] for record in sorted(records, key=lambda record: record["shard"])]
+    if not arrays:
+        raise L3Error("no shard records to index")
+    width = max(array.dtype["key"].itemsize for array in arrays)
+    target = [(name, f"S{width}" if name == "key" else array_type)
+              for name, (array_type, _) in arrays[0].dtype.fields.items()]
+    return np.concatenate([array.astype(np.dtype(target)) for array in arrays])
+
+
+def _is_url(root: str) -> bool:
+    return "://" in root and not root.startswith("file://")
+
+
+class DatasetReader:
+    """Random access to one split of a converted dataset, by sample number and field.
+
+    Local shards are memory-mapped on first use in each process, remote ones (fsspec URLs) read
+    by byte range; nothing is opened until needed, so a reader pickles and survives fork.
+    """
+
+    def __init__(self, root, split: str = "train", *, storage_options=None):
+        self._locate(root, storage_options)
+        self.split = split
+        self._maps = {}
+        self.manifest = self._load_manifest()
+        splits = self.manifest.get("splits", {})
+        if split not in splits:
+            raise L3Error(f"{self.root} has no split {split!r}; it has {sorted(splits)}")
+        self.split_info = splits[split]
+        self.class_names = list(self.manifest.get("class_names", []))
+        self.index = self._load_index()
+        names = self.index.dtype.names or ()
+        self.fields = tuple(field for field in FIELDS if f"{field}_offset" in names)
+        self.members = self.fields + ((JSON_MEMBER,) if "json_offset" in names else ())
+
+    # -- files ---------------------------------------------------------------------------------------
+    def _locate(self, root, storage_options) -> None:
+        root = os.fspath(root).rstrip("/")
+        self.root = root[len("file://"):] if root.startswith("file://") else root
+        self.remote = _is_url(self.root)
+        self.storage_options = dict(storage_options or {})
+        self._fs, self._pid = None, os.getpid()
+
+    def _own_process(self) -> None:
+        """After fork, forget the parent's mappings and connections."""
+        if self._pid != os.getpid():
+            self._maps, self._fs, self._pid = {}, None, os.getpid()
+
+    def _filesystem(self):
+        self._own_process()
+        if self._fs is None:
+            try:
+                import fsspec
+            except ImportError as error:
+                raise L3Error(f"reading {self.root} needs fsspec (pip install fsspec)") from error
+            self._fs, _ = fsspec.core.url_to_fs(self.root, **self.storage_options)
+        return self._fs
+
+    def _path(self, *parts) -> str:
+        return "/".join((self.root, *parts)) if self.remote else os.path.join(self.root, *parts)
+
+    def _read_whole(self, *parts) -> bytes:
+        path = self._path(*parts)
+        if self.remote:
+            fs = self._filesystem()
+            try:
+                return fs.cat_file(path)
+            except FileNotFoundError:
+                raise
+            except OSError as error:
+                raise FileNotFoundError(f"cannot read {path}: {error}") from error
+        with open(path, "rb") as file:
+            return file.read()
+
+    def _load_manifest(self) -> dict:
+        try:
+            text = self._read_whole(MANIFEST_NAME)
+        except FileNotFoundError as error:
+            raise FileNotFoundError(
+                f"{self.root} is not a converted l3 dataset (no {MANIFEST_NAME}; "
+                "convert one with l3convert, or it is still being written)"
+            ) from error
+        try:
+            manifest = json.loads(text)
+        except ValueError as error:
+            raise L3Error(f"{self._path(MANIFEST_NAME)} is not valid JSON: {error}") from error
+        if not isinstance(manifest, dict) or manifest.get("format") != DATASET_FORMAT:
+            raise L3Error(f"{self._path(MANIFEST_NAME)} is not an {DATASET_FORMAT} manifest")
+        version = manifest.get("version")
+        if not isinstance(version, int) or version > DATASET_VERSION:
+            raise L3Error(
+                f"{self.root} is dataset version {version}; this l3codec reads up to {DATASET_VERSION} "
+                "(upgrade l3codec)"
+            )
+        return manifest
+
+    def _load_index(self) -> np.ndarray:
+        if self.remote:
+            index = np.load(io.BytesIO(self._read_whole(self.split, INDEX_NAME)), allow_pickle=False)
+        else:
+            path = self._path(self.split, INDEX_NAME)
+            if not os.path.exists(path):
+                raise FileNotFoundError(f"{path} is missing: the split {self.split!r} was not finished")
+            index = np.load(path, mmap_mode="r", allow_pickle=False)
+        if index.dtype.names is None or "key" not in index.dtype.names:
+            raise L3Error(f"{self._path(self.split, INDEX_NAME)} is not an l3 dataset index")
+        return index
+
+    def _shard_map(self, shard: int):
+        self._own_process()
+        mapped = self._maps.get(shard)
+        if mapped is None:
+            path = self._path(self.split, shard_name(shard))
+            mapped = self._maps[shard] = np.memmap(path, np.uint8, mode="r")
+        return mapped
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_maps"], state["_fs"] = {}, None
+        if not self.remote:
+            state["index"] = None  # reopened (memory-mapped) on arrival
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._pid = os.getpid()
+        if self.index is None:
+            self.index = self._load_index()
+
+    # -- samples -------------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return int(self.index.shape[0])
+
+    def _row(self, i: int):
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"sample {i} out of range for {n} samples")
+        return self.index[i]
+
+    def _check_member(self, field: str) -> None:
+        if field not in self.members:
+            raise KeyError(f"split {self.split!r} has no field {field!r}; it has {list(self.members)}")
+
+    def key(self, i: int) -> str:
+        return bytes(self._row(i)["key"]).decode()
+
+    def label(self, i: int) -> int:
+        return int(self._row(i)["label"])
+
+    def shape(self, i: int, field: str = "image") -> tuple:
+        if field not in self.fields:
+            self._check_member(field if field in self.members else field)
+            raise KeyError(f"{field!r} is not an image field")
+        row = self._row(i)
+        return (int(row[f"{field}_height"]), int(row[f"{field}_width"]), int(row[f"{field}_channels"]))
+
+    def dtype(self, i: int, field: str = "image") -> np.dtype:
+        self.shape(i, field)
+        return np.dtype(np.uint16 if int(self._row(i)[f"{field}_bits"]) == 16 else np.uint8)
+
+    def read(self, i: int, field: str = "image", /) -> np.ndarray:
+        """The member's exact bytes as uint8 (a memmap view locally, a byte-range read remotely)."""
+        self._check_member(field)
+        row = self._row(i)
+        offset, size = int(row[f"{field}_offset"]), int(row[f"{field}_size"])
+        shard = int(row["shard"])
+        if self.remote:
+            path = self._path(self.split, shard_name(shard))
+            data = self._filesystem().cat_file(path, start=offset, end=offset + size)
+            if len(data) != size:
+                raise L3Error(f"{path}: short read at {offset} ({len(data)} of {size} bytes)")
+            return np.frombuffer(data, np.uint8)
+        mapped = self._shard_map(shard)
+        if offset + size > mapped.shape[0]:
+            raise L3Error(f"{self._path(self.split, shard_name(shard))} is shorter than its index says")
+        return mapped[offset:offset + size]
+
+    def __repr__(self):
+        return f"DatasetReader({self.root!r}, split={self.split!r}, samples={len(self)}, fields={self.fields})"
+
+
+def open_dataset(root, /, split: str = "train", *, storage_options=None) -> DatasetReader:
+    """Open one split of a converted dataset (a local path or an fsspec URL) for random access."""
+    return DatasetReader(root, split, storage_options=storage_options)
+
+
+def read_manifest(root, /, *, storage_options=None) -> dict:
+    """A converted dataset's manifest (split names, counts, options, failures, shard checksums)."""
+    reader = DatasetReader.__new__(DatasetReader)
+    reader._locate(root, storage_options)
+    return reader._load_manifest()

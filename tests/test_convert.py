@@ -1,0 +1,154 @@
+"""l3convert on tiny trees built here: every pixel and label comes back exactly, for each layout."""
+
+import json
+
+import numpy as np
+import pytest
+
+import l3codec
+from l3codec.converters import LayoutError, convert
+from l3codec.dataset import open_dataset, read_manifest
+
+from dataset_trees import cityscapes_tree, folder_tree, imagenet_tree
+
+
+def decoded(reader, i, field="image"):
+    return l3codec.decode(reader.read(i, field))
+
+
+def test_folder_every_pixel_and_label(tmp_path):
+    expected = folder_tree(tmp_path / "src")
+    summary = convert("folder", tmp_path / "src", tmp_path / "dst", workers=0, progress=False)
+    assert summary.samples == len(expected) and not summary.failures
+    reader = open_dataset(tmp_path / "dst")
+    assert reader.class_names == ["cat", "dog"]
+    assert len(reader) == len(expected)
+    for i in range(len(reader)):
+        label, pixels = expected[reader.key(i)]
+        assert reader.label(i) == label
+        assert np.array_equal(decoded(reader, i), pixels)
+        assert reader.shape(i) == (pixels.shape[0], pixels.shape[1], 1 if pixels.ndim == 2 else pixels.shape[2])
+        assert reader.dtype(i) == np.uint8
+
+
+def test_folder_plain_images_are_unlabelled_under_the_named_split(tmp_path):
+    expected = folder_tree(tmp_path / "nested")
+    for relative, (_, pixels) in expected.items():
+        name = relative.replace("/", "-")
+        (tmp_path / "src").mkdir(exist_ok=True)
+        from PIL import Image
+
+        Image.fromarray(pixels).save(tmp_path / "src" / f"{name}.png")
+    convert("folder", tmp_path / "src", tmp_path / "dst", split="val", workers=0, progress=False)
+    reader = open_dataset(tmp_path / "dst", "val")
+    assert len(reader) == len(expected)
+    for i in range(len(reader)):
+        assert reader.label(i) == -1
+        assert np.array_equal(decoded(reader, i), expected[reader.key(i).replace("-", "/")][1])
+    with pytest.raises(l3codec.L3Error, match="no split 'train'"):
+        open_dataset(tmp_path / "dst", "train")
+
+
+def test_cityscapes_every_pixel_16bit_instances_and_unlabelled_test(tmp_path):
+    expected = cityscapes_tree(tmp_path / "src")
+    summary = convert("cityscapes", tmp_path / "src", tmp_path / "dst", workers=0, mode="fast", progress=False)
+    assert summary.samples == sum(len(split) for split in expected.values())
+    manifest = read_manifest(tmp_path / "dst")
+    assert manifest["options"]["mode"] == "fast" and manifest["options"]["label_mode"] == "compact"
+    train = open_dataset(tmp_path / "dst", "train")
+    assert train.fields == ("image", "labelIds", "instanceIds", "color")
+    for i in range(len(train)):
+        sample = expected["train"][train.key(i)]
+        for field in train.fields:
+            assert np.array_equal(decoded(train, i, field), sample[field]), field
+        assert l3codec.info(train.read(i, "image")).mode == "fast"
+        assert l3codec.info(train.read(i, "labelIds")).mode == "compact"
+        assert train.dtype(i, "instanceIds") == np.uint16 and train.shape(i, "instanceIds")[2] == 1
+        assert train.read(i, "json").tobytes() == sample["json"]
+        assert train.label(i) == -1
+    test = open_dataset(tmp_path / "dst", "test")
+    assert test.fields == ("image",)
+    assert [test.key(i) for i in range(len(test))] == sorted(expected["test"])
+    for i in range(len(test)):
+        assert np.array_equal(decoded(test, i), expected["test"][test.key(i)]["image"])
+    with pytest.raises(KeyError):
+        test.read(0, "labelIds")
+
+
+def test_imagenet_train_and_flat_val(tmp_path):
+    expected = imagenet_tree(tmp_path / "src")
+    convert("imagenet", tmp_path / "src", tmp_path / "dst", workers=0, progress=False)
+    manifest = read_manifest(tmp_path / "dst")
+    assert manifest["class_ids"] == ["n01440764", "n01443537"]
+    assert manifest["class_names"] == ["class 0, a name", "class 1, a name"]
+    for split in ("train", "val"):
+        reader = open_dataset(tmp_path / "dst", split)
+        assert len(reader) == len(expected[split])
+        for i in range(len(reader)):
+            label, pixels = expected[split][reader.key(i)]
+            assert reader.label(i) == label
+            assert np.array_equal(decoded(reader, i), pixels)
+
+
+def test_imagenet_val_in_wnid_folders(tmp_path):
+    expected = imagenet_tree(tmp_path / "src", flat_val=False)
+    (tmp_path / "src" / "LOC_val_solution.csv").unlink()
+    convert("imagenet", tmp_path / "src", tmp_path / "dst", split="val", workers=0, progress=False)
+    reader = open_dataset(tmp_path / "dst", "val")
+    assert {reader.key(i): reader.label(i) for i in range(len(reader))} == {
+        key: label for key, (label, _) in expected["val"].items()}
+
+
+@pytest.mark.parametrize(
+    "layout, make, message",
+    [
+        ("cityscapes", lambda root: folder_tree(root), "expected a Cityscapes tree.*found cat/, dog/"),
+        ("imagenet", lambda root: folder_tree(root), "expected an ImageNet tree.*found cat/, dog/"),
+        ("folder", lambda root: root.mkdir(), "expected image files.*found an empty directory"),
+    ],
+)
+def test_wrong_layout_says_what_was_expected_and_found(tmp_path, layout, make, message):
+    make(tmp_path / "src")
+    with pytest.raises(LayoutError, match=message):
+        convert(layout, tmp_path / "src", tmp_path / "dst", workers=0, progress=False)
+    assert not (tmp_path / "dst").exists()
+
+
+def test_folder_with_both_files_and_class_dirs_is_refused(tmp_path):
+    folder_tree(tmp_path / "src")
+    (tmp_path / "src" / "stray.png").write_bytes((tmp_path / "src" / "cat" / "0.png").read_bytes())
+    with pytest.raises(LayoutError, match="found both"):
+        convert("folder", tmp_path / "src", tmp_path / "dst", workers=0, progress=False)
+
+
+def test_manifest_records_counts_and_checksums(tmp_path):
+    import hashlib
+
+    folder_tree(tmp_path / "src", per_class=4)
+    convert("folder", tmp_path / "src", tmp_path / "dst", workers=0, shard_size="3kB", progress=False)
+    manifest = json.loads((tmp_path / "dst" / "manifest.json").read_text())
+    shards = manifest["splits"]["train"]["shards"]
+    assert len(shards) > 1 and sum(shard["samples"] for shard in shards) == 8
+    for shard in shards:
+        data = (tmp_path / "dst" / "train" / shard["name"]).read_bytes()
+        assert len(data) == shard["bytes"] and hashlib.sha256(data).hexdigest() == shard["sha256"]
+    assert not (tmp_path / "dst" / ".l3convert").exists()
+
+
+def test_cityscapes_takes_the_label_kinds_present_and_reports_samples_missing_one(tmp_path):
+    expected = cityscapes_tree(tmp_path / "src")
+    for path in (tmp_path / "src" / "gtFine").rglob("*"):
+        if path.name.endswith(("_color.png", "_polygons.json")):
+            path.unlink()
+    missing = next((tmp_path / "src" / "gtFine").rglob("*_instanceIds.png"))
+    missing.unlink()
+    summary = convert("cityscapes", tmp_path / "src", tmp_path / "dst", split="train", workers=0, progress=False)
+    train = open_dataset(tmp_path / "dst", "train")
+    assert train.fields == ("image", "labelIds", "instanceIds") and train.members == train.fields
+    assert len(train) == len(expected["train"]) - 1
+    [failure] = summary.failures
+    assert failure["key"] == missing.name.replace("_gtFine_instanceIds.png", "")
+    assert "instanceIds" in failure["error"] and "unreadable" in failure["error"]
+    for i in range(len(train)):
+        for field in train.fields:
+            assert np.array_equal(decoded(train, i, field), expected["train"][train.key(i)][field])

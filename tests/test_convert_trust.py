@@ -1,0 +1,256 @@
+"""l3convert's trust features: pool and Dask runs, resume after SIGKILL, verify, bad sources, full disks,
+and shards read unchanged by tar, webdataset and DALI."""
+
+import errno
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+
+import numpy as np
+import pytest
+
+import l3codec
+from l3codec.converters import ConvertError, convert
+from l3codec.converters.cli import main as l3convert
+from l3codec.converters.inspect import inspect
+from l3codec.dataset import open_dataset, read_manifest
+
+from dataset_trees import folder_tree
+
+
+def tree_files(root):
+    """{relative path: sha256} of every file under root."""
+    digests = {}
+    for parent, _, files in os.walk(root):
+        for name in files:
+            path = os.path.join(parent, name)
+            digests[os.path.relpath(path, root)] = hashlib.sha256(open(path, "rb").read()).hexdigest()
+    return digests
+
+
+def assert_matches_source(dst, expected, split="train"):
+    reader = open_dataset(dst, split)
+    assert sorted(reader.key(i) for i in range(len(reader))) == sorted(expected)
+    for i in range(len(reader)):
+        label, pixels = expected[reader.key(i)]
+        assert reader.label(i) == label
+        assert np.array_equal(l3codec.decode(reader.read(i)), pixels)
+
+
+def test_process_pool_gives_the_same_bytes_as_in_process(tmp_path):
+    expected = folder_tree(tmp_path / "src", per_class=4)
+    convert("folder", tmp_path / "src", tmp_path / "inline", workers=0, shard_size="2kB", progress=False)
+    summary = convert("folder", tmp_path / "src", tmp_path / "pool", workers=2, shard_size="2kB",
+                      verify=True, progress=False)
+    assert summary.samples == 8 and summary.shards > 2 and summary.verified
+    assert tree_files(tmp_path / "pool") == tree_files(tmp_path / "inline")
+    assert_matches_source(tmp_path / "pool", expected)
+
+
+def test_dask_local_cluster(tmp_path):
+    distributed = pytest.importorskip("distributed")
+    expected = folder_tree(tmp_path / "src")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                                  env={"NUMBA_NUM_THREADS": "1"}) as cluster:
+        summary = convert("folder", tmp_path / "src", tmp_path / "dst", scheduler=cluster.scheduler_address,
+                          shard_size="2kB", progress=False)
+    assert summary.samples == len(expected) and summary.shards > 1
+    assert_matches_source(tmp_path / "dst", expected)
+    convert("folder", tmp_path / "src", tmp_path / "inline", workers=0, shard_size="2kB", progress=False)
+    assert tree_files(tmp_path / "dst") == tree_files(tmp_path / "inline")
+
+
+def test_resume_after_sigkill_is_identical_to_an_uninterrupted_run(tmp_path):
+    expected = folder_tree(tmp_path / "src", per_class=5)
+    convert("folder", tmp_path / "src", tmp_path / "whole", workers=0, shard_size="1", progress=False)
+    # The killed run blocks opening shard 6's temporary file (a FIFO nobody reads): a deterministic
+    # point partway, with shards 0-5 finished.
+    dst = tmp_path / "killed"
+    (dst / "train").mkdir(parents=True)
+    blocker = dst / "train" / "shard-000006.tar.tmp"
+    os.mkfifo(blocker)
+    command = [sys.executable, "-m", "l3codec.converters.cli", "folder", str(tmp_path / "src"), str(dst),
+               "--workers", "0", "--shard-size", "1", "--resume", "--no-progress"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    record = dst / ".l3convert" / "train" / "shard-000005.json"
+    deadline = time.monotonic() + 120
+    while not record.exists() and time.monotonic() < deadline and process.poll() is None:
+        time.sleep(0.05)
+    assert record.exists() and process.poll() is None, process.stderr.read() if process.poll() else "timeout"
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert not (dst / "manifest.json").exists()
+    # what a kill mid-write leaves: a half-written temporary shard
+    blocker.unlink()
+    blocker.write_bytes(b"half a shard")
+    finished_before = {name: os.stat(dst / "train" / name).st_mtime_ns for name in os.listdir(dst / "train")
+                       if name.endswith(".tar")}
+    assert len(finished_before) == 6
+    with pytest.raises(ConvertError, match="interrupted conversion"):
+        convert("folder", tmp_path / "src", dst, workers=0, shard_size="1", progress=False)
+    summary = convert("folder", tmp_path / "src", dst, workers=0, shard_size="1", resume=True, progress=False)
+    assert summary.shards_reused == 6 and summary.samples == 10
+    for name, mtime in finished_before.items():  # finished shards were not redone
+        assert os.stat(dst / "train" / name).st_mtime_ns == mtime
+    assert tree_files(dst) == tree_files(tmp_path / "whole")
+    assert_matches_source(dst, expected)
+
+
+def test_resume_refuses_changed_sources(tmp_path):
+    folder_tree(tmp_path / "src")
+    dst = tmp_path / "dst"
+    (dst / ".l3convert").mkdir(parents=True)
+    (dst / ".l3convert" / "plan.json").write_text(json.dumps({"fingerprint": "another plan"}))
+    with pytest.raises(ConvertError, match="changed since the interrupted conversion"):
+        convert("folder", tmp_path / "src", dst, workers=0, resume=True, progress=False)
+
+
+def test_corrupt_truncated_and_unreadable_sources_are_reported_and_skipped(tmp_path, capsys):
+    expected = folder_tree(tmp_path / "src", per_class=3)
+    cat = tmp_path / "src" / "cat"
+    png = (cat / "0.png").read_bytes()
+    jpeg = (cat / "2.jpg").read_bytes()
+    (cat / "truncated.png").write_bytes(png[: len(png) // 2])
+    (cat / "truncated.jpg").write_bytes(jpeg[: len(jpeg) // 2])
+    (cat / "garbage.png").write_bytes(b"not an image at all" * 10)
+    os.symlink(tmp_path / "nowhere.png", cat / "dangling.png")
+    code = l3convert(["folder", str(tmp_path / "src"), str(tmp_path / "dst"), "--workers", "0", "--no-progress"])
+    assert code == 0
+    printed = capsys.readouterr().out
+    failures = read_manifest(tmp_path / "dst")["failures"]
+    # truncated.jpg sorts first and keeps the key; truncated.png gets a suffix
+    assert {failure["key"]: os.path.basename(failure["source"]) for failure in failures} == {
+        "cat/truncated": "truncated.jpg", "cat/truncated~1": "truncated.png",
+        "cat/garbage": "garbage.png", "cat/dangling": "dangling.png"}
+    assert len(failures) == 4 and all(failure["kind"] == "source" for failure in failures)
+    assert any("unreadable" in failure["error"] for failure in failures)
+    assert "skipped train/cat/garbage" in printed
+    assert printed.splitlines()[1].split()[:3] == ["train", str(len(expected)), "4"]
+    assert_matches_source(tmp_path / "dst", expected)
+
+
+def test_full_disk_is_a_clear_error(tmp_path):
+    folder_tree(tmp_path / "src")
+    dst = tmp_path / "dst"
+    (dst / "train").mkdir(parents=True)
+    # the first shard's temporary file is /dev/full: every write to it fails with ENOSPC
+    os.symlink("/dev/full", dst / "train" / "shard-000000.tar.tmp")
+    with pytest.raises(ConvertError, match="the disk is full.*--resume"):
+        convert("folder", tmp_path / "src", dst, workers=0, resume=True, progress=False)
+
+
+def test_unwritable_destination_is_a_clear_error(tmp_path):
+    folder_tree(tmp_path / "src")
+    target = "/sys/l3convert-test"  # sysfs: nobody, root included, creates directories there
+    try:
+        os.mkdir(target)
+    except OSError as error:
+        expected = {errno.EROFS: "read-only filesystem", errno.EPERM: "permission denied",
+                    errno.EACCES: "permission denied"}.get(error.errno)
+    else:
+        os.rmdir(target)
+        expected = None
+    if expected is None:
+        pytest.skip("/sys is writable or absent here")
+    with pytest.raises(ConvertError, match=f"cannot write the dataset to {target}: {expected}"):
+        convert("folder", tmp_path / "src", target, workers=0, progress=False)
+
+
+def test_wrong_layout_on_the_command_line(tmp_path, capsys):
+    folder_tree(tmp_path / "src")
+    assert l3convert(["cityscapes", str(tmp_path / "src"), str(tmp_path / "dst"), "--no-progress"]) == 2
+    error = capsys.readouterr().err
+    assert "expected a Cityscapes tree" in error and "leftImg8bit" in error and "found cat/, dog/" in error
+
+
+def test_shards_read_unchanged_by_tar_and_webdataset(tmp_path):
+    wds = pytest.importorskip("webdataset")
+    folder_tree(tmp_path / "src")
+    convert("folder", tmp_path / "src", tmp_path / "dst", workers=0, shard_size="2kB", progress=False)
+    reader = open_dataset(tmp_path / "dst")
+    shards = sorted(str(path) for path in (tmp_path / "dst" / "train").glob("*.tar"))
+    listed = subprocess.run(["tar", "tf", shards[0]], capture_output=True, text=True, check=True).stdout.split()
+    assert listed[:2] == [f"{reader.key(0)}.l3", f"{reader.key(0)}.cls"]
+    samples = list(wds.WebDataset(shards, shardshuffle=False, empty_check=False))
+    assert [sample["__key__"] for sample in samples] == [reader.key(i) for i in range(len(reader))]
+    for i, sample in enumerate(samples):
+        assert sample["l3"] == reader.read(i).tobytes()
+        assert int(sample["cls"]) == reader.label(i)
+    with tarfile.open(shards[-1]) as tar:
+        assert all(member.isfile() for member in tar.getmembers())
+
+
+def test_dali_webdataset_reader_returns_our_bytes_from_the_idx_files(tmp_path):
+    pytest.importorskip("nvidia.dali")
+    from nvidia.dali import fn, pipeline_def
+
+    folder_tree(tmp_path / "src")
+    convert("folder", tmp_path / "src", tmp_path / "dst", workers=0, shard_size="2kB", progress=False)
+    reader = open_dataset(tmp_path / "dst")
+    split = tmp_path / "dst" / "train"
+    tars = sorted(str(path) for path in split.glob("*.tar"))
+    indexes = [path[:-4] + ".idx" for path in tars]
+
+    @pipeline_def(batch_size=len(reader), num_threads=1, device_id=None)
+    def pipeline():
+        images, labels = fn.readers.webdataset(paths=tars, index_paths=indexes, ext=["l3", "cls"],
+                                               missing_component_behavior="error", random_shuffle=False)
+        return images, labels
+
+    dali = pipeline()
+    dali.build()
+    images, labels = dali.run()
+    for i in range(len(reader)):
+        assert np.array(images.at(i)).tobytes() == reader.read(i).tobytes()
+        assert int(np.array(labels.at(i)).tobytes()) == reader.label(i)
+
+
+def test_inspect_checks_checksums_and_decodes_deeply(tmp_path, capsys):
+    folder_tree(tmp_path / "src")
+    convert("folder", tmp_path / "src", tmp_path / "dst", workers=0, progress=False)
+    report = inspect(tmp_path / "dst", deep=True)
+    assert report["ok"] and report["splits"]["train"]["decoded"] == 6
+    assert report["splits"]["train"]["per_class"] == {"cat": 3, "dog": 3}
+    assert l3convert(["inspect", str(tmp_path / "dst")]) == 0
+    assert "all shard checksums match" in capsys.readouterr().out
+    reader = open_dataset(tmp_path / "dst")
+    shard = tmp_path / "dst" / "train" / "shard-000000.tar"
+    data = bytearray(shard.read_bytes())
+    data[int(reader.index["image_offset"][1]) + 60] ^= 0xFF  # a payload byte of sample 1
+    shard.write_bytes(bytes(data))
+    report = inspect(tmp_path / "dst", deep=True)
+    assert not report["ok"]
+    assert any("checksum mismatch" in problem for problem in report["problems"])
+    assert any(reader.key(1) in problem for problem in report["problems"])
+    assert l3convert(["inspect", str(tmp_path / "dst")]) == 1
+
+
+def test_ctrl_c_stops_a_pool_run_cleanly_and_resume_finishes_it(tmp_path):
+    expected = folder_tree(tmp_path / "src", per_class=5)
+    dst = tmp_path / "dst"
+    (dst / "train").mkdir(parents=True)
+    blocker = dst / "train" / "shard-000006.tar.tmp"
+    os.mkfifo(blocker)  # one worker blocks on shard 6 until interrupted
+    command = [sys.executable, "-m", "l3codec.converters.cli", "folder", str(tmp_path / "src"), str(dst),
+               "--workers", "2", "--shard-size", "1", "--resume", "--no-progress"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    records = dst / ".l3convert" / "train"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and process.poll() is None and not (
+            records.is_dir() and len(list(records.glob("*.json"))) == 9):
+        time.sleep(0.05)
+    assert process.poll() is None, process.stderr.read()
+    os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole process group
+    _, error = process.communicate(timeout=60)
+    assert process.returncode == 130
+    assert b"interrupted; finished shards are kept" in error and b"Traceback" not in error
+    assert not (dst / "manifest.json").exists()
+    blocker.unlink()
+    summary = convert("folder", tmp_path / "src", dst, workers=0, shard_size="1", resume=True, progress=False)
+    assert summary.shards_reused == 9 and summary.samples == 10
+    assert_matches_source(dst, expected)
