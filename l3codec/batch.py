@@ -77,6 +77,7 @@ class Batch:
     out_offsets: np.ndarray  # int64 byte offset of each item's output
     out_size: int  # bytes of the whole output buffer
     launches: list
+    data_offsets: np.ndarray | None = None  # int64 byte offset of each item's file in data
 
     @property
     def same_shape(self) -> bool:
@@ -169,20 +170,22 @@ def default_layout(plans) -> tuple:
     return offsets, np.array([plan.row_bytes for plan in plans], np.int64), int(padded.sum())
 
 
-def assemble(plans, data: np.ndarray, /, *, layout=None) -> Batch:
-    """The batch of validated items whose bytes lie back to back in data, in order.
+def assemble(plans, data: np.ndarray, /, *, layout=None, data_offsets=None) -> Batch:
+    """The batch of validated items whose bytes lie in data: back to back in order, or at data_offsets.
 
     layout: (out_offsets, out_row_pitches, out_size) placing each item's output (row pitch in
     bytes, at least its row); default_layout(plans) when None. O(items + tiles) numpy work.
     """
     plans = list(plans)
     sizes = np.array([plan.size for plan in plans], np.int64)
-    if data.size < sizes.sum():
-        raise L3Error(f"batch data holds {data.size} bytes, its items {int(sizes.sum())}")
+    if data_offsets is None:
+        data_offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    data_offsets = np.asarray(data_offsets, np.int64)
+    if np.any(data_offsets < 0) or np.any(data_offsets + sizes > data.size):
+        raise L3Error(f"batch items lie outside its {data.size} bytes of data")
     out_offsets, pitches, out_size = default_layout(plans) if layout is None else layout
     if np.any(np.asarray(pitches) < [plan.row_bytes for plan in plans]):
         raise L3Error("an output row pitch is shorter than its item's row")
-    data_offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
     stream_counts = [len(plan.stream_starts) for plan in plans]
     stream_base = np.concatenate([[0], np.cumsum(stream_counts)[:-1]]).astype(np.int64)
     stream_starts = np.concatenate([plan.stream_starts + o for plan, o in zip(plans, data_offsets)])
@@ -234,6 +237,7 @@ def assemble(plans, data: np.ndarray, /, *, layout=None) -> Batch:
         out_offsets=np.asarray(out_offsets, np.int64),
         out_size=int(out_size),
         launches=launches,
+        data_offsets=data_offsets,
     )
 
 

@@ -139,7 +139,7 @@ def host_decode_step(staged, buffer: torch.Tensor, out: torch.Tensor, status: to
     data = buffer.numpy()[:packed.data_size]
     order = gpu.status_order(staged.batch)
     position = {int(item): entry for entry, item in enumerate(order)}
-    starts = np.concatenate([[0], np.cumsum([info.file_size for info in staged.batch.infos])])
+    starts = staged.batch.data_offsets
     for launch in staged.batch.launches:
         for record, item in zip(launch.items, launch.item_index):
             info = staged.batch.infos[item]
@@ -151,7 +151,7 @@ def host_decode_step(staged, buffer: torch.Tensor, out: torch.Tensor, status: to
             )
             target = rows.view(info.dtype).reshape(h, w, info.channels)
             try:
-                codec.decode(data[starts[item]:starts[item + 1]], region=(y, x, h, w),
+                codec.decode(data[starts[item]:starts[item] + info.file_size], region=(y, x, h, w),
                              out=target if info.channels > 1 else target[:, :, 0], verify=False)
             except L3Error:
                 status.numpy()[position[int(item)]] = 4  # STATUS_CORRUPT
@@ -353,6 +353,8 @@ def _batch_dict(staged, images: dict) -> dict:
         **images,
         "label": torch.from_numpy(staged.labels),
         "index": torch.from_numpy(staged.indices),
+        "region": torch.tensor([crop.region for crop in staged.crops], dtype=torch.int64).reshape(-1, 4),
+        "flip": torch.tensor([crop.flip for crop in staged.crops], dtype=torch.bool),
         "key": staged.keys,
         "skipped": staged.skipped,
     }
@@ -520,7 +522,7 @@ class Loader:
             collate_fn=_identity, num_workers=workers, prefetch_factor=self.prefetch_factor if workers else None,
             worker_init_fn=_worker_init if workers else None,
             pin_memory=self.dataset.decode == "cpu" and self._device.cuda,
-            multiprocessing_context=self.multiprocessing_context if workers else None,
+            multiprocessing_context=(self.multiprocessing_context or _worker_context()) if workers else None,
         )
 
     def _cpu_batches(self, first, batches):
@@ -609,6 +611,18 @@ class Loader:
         tensors = [t for value in images.values() for t in (value if isinstance(value, list) else [value])]
         self._device.hand_over(done, tensors)
         return batch
+
+
+def _worker_context():
+    """fork, unless this process has run Numba's GNU OpenMP thread pool, which cannot survive a fork
+    (the worker would abort): then forkserver."""
+    import numba
+
+    try:
+        layer = numba.threading_layer()
+    except ValueError:  # no parallel region has run yet
+        return None
+    return "forkserver" if layer == "omp" else None
 
 
 def _worker_init(worker_id: int) -> None:

@@ -151,10 +151,11 @@ def stage_for_gpu(reader, indices, fields, geometry, buffer: np.ndarray, *, seed
         reader, indices, fields, geometry, seed=seed, epoch=epoch, verify=verify, buffer=buffer, skip_bad=skip_bad
     )
     layouts, out_size = layout_fields(samples, fields)
-    plans = [plan for sample in samples for plan in sample.plans]  # sample-major: the order of the bytes
+    plans = [plan for sample in samples for plan in sample.plans]  # sample-major
+    where = [view.ctypes.data - buffer.ctypes.data for sample in samples for view in sample.views]
     offsets = [layouts[f].offsets[s] for s in range(len(samples)) for f in range(len(fields))]
     pitches = [layouts[f].pitches[s] for s in range(len(samples)) for f in range(len(fields))]
-    prepared = batching.assemble(plans, buffer[:written], layout=(offsets, pitches, out_size))
+    prepared = batching.assemble(plans, buffer[:written], layout=(offsets, pitches, out_size), data_offsets=where)
     packed = batching.packed_layout(prepared)
     batching.write_packed(prepared, packed, buffer)
     prepared.data = np.empty(0, np.uint8)  # the bytes stay in the buffer; only tables travel back
@@ -191,10 +192,11 @@ def staging_bytes(reader, fields, batch_size: int) -> int:
 
 
 def member_sizes(reader, name) -> np.ndarray:
-    """Bytes of field `name` for every sample."""
-    return np.array([reader.read(i, name).size for i in range(len(reader))], np.int64)
+    """Bytes of field `name` for every sample, from the index."""
+    return reader.index[f"{name}_size"].astype(np.int64)
 
 
 def member_shapes(reader, name) -> np.ndarray:
-    """(height, width, channels) of field `name` for every sample, as an (n, 3) array."""
-    return np.array([reader.shape(i, name) for i in range(len(reader))], np.int64).reshape(-1, 3)
+    """(height, width, channels) of field `name` for every sample, from the index, as an (n, 3) array."""
+    return np.stack([reader.index[f"{name}_{column}"].astype(np.int64) for column in ("height", "width", "channels")],
+                    axis=1)
