@@ -241,11 +241,10 @@ def test_images_of_different_sizes_come_as_lists(folder, path):
         assert label == klass
 
 
-@pytest.mark.parametrize("path", ["cpu", "gpu-host"])
-@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("path, workers", [("cpu", 0), ("gpu-host", 0), ("gpu-host", 2)])
 def test_state_dict_resumes_with_exactly_the_remaining_samples(cityscapes, path, workers):
     root, _ = cityscapes
-    options = dict(batch_size=2, crop=RandomCrop(16, flip=0.5), seed=5, num_workers=workers)
+    options = dict(batch_size=2, crop=RandomCrop(16, flip=0.5), seed=5)
     whole = _loader(root, path, **options)
     whole.set_epoch(2)
     expected = [(b["index"].tolist(), b["image"].clone()) for b in whole]
@@ -256,7 +255,7 @@ def test_state_dict_resumes_with_exactly_the_remaining_samples(cityscapes, path,
         next(iterator)
     state = first.state_dict()
     assert state["batches"] == 2 and state["epoch"] == 2
-    resumed = _loader(root, path, **options)
+    resumed = _loader(root, path, num_workers=workers, **options)
     resumed.load_state_dict(state)
     rest = [(b["index"].tolist(), b["image"]) for b in resumed]
     assert [i for i, _ in rest] == [i for i, _ in expected[2:]]
@@ -366,7 +365,7 @@ def test_reads_a_dataset_from_an_s3_server(cityscapes):
         for decode in ("cpu", "gpu"):
             dataset = L3Dataset("s3://data/cityscapes", decode=decode, storage_options=options)
             step = host_decode_step if decode == "gpu" else None
-            loader = Loader(dataset, 4, shuffle=False, device="cpu", decode_step=step, num_workers=2)
+            loader = Loader(dataset, 4, shuffle=False, device="cpu", decode_step=step, num_workers=2 if step else 0)
             keys = []
             for batch in loader:
                 for n, key in enumerate(batch["key"]):
