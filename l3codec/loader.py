@@ -366,8 +366,12 @@ class _Requests:
     """The DataLoader's sampler: one request per batch, in this rank's order. Iterated lazily in the
     main process as workers take requests, so it can wait for a staging slot to be free first."""
 
-    def __init__(self, epoch: int, batches: list, first: int, slots: int, wait_slot):
-        self.epoch, self.batches, self.first, self.slots, self.wait_slot = epoch, batches, first, slots, wait_slot
+    def __init__(self, slots: int, wait_slot):
+        self.slots, self.wait_slot = slots, wait_slot
+        self.epoch, self.batches, self.first = 0, [], 0
+
+    def start(self, epoch: int, batches: list, first: int) -> None:
+        self.epoch, self.batches, self.first = epoch, batches, first
 
     def __len__(self) -> int:
         return len(self.batches)
@@ -471,6 +475,7 @@ class Loader:
         self.finish = _Finish(normalize, channels_last, resize)
         self._device = _Device(self.device)
         self._ring = None  # staging slots, made on first use
+        self._batches_loader = self._requests = None  # made on first use
         self._slot_events: dict = {}
         self._yielded = 0  # batches handed out in this epoch
         self._resume_at = 0
@@ -481,8 +486,10 @@ class Loader:
         return len(self.order)
 
     def set_epoch(self, epoch: int) -> None:
+        """Choose the epoch's order; a resumed epoch (load_state_dict) keeps its resume point."""
+        if int(epoch) != self.order.epoch:
+            self._resume_at = 0
         self.order.set_epoch(epoch)
-        self._yielded, self._resume_at = 0, 0
 
     def state_dict(self) -> dict:
         """Where this rank is: the next batch continues from here after load_state_dict."""
@@ -514,16 +521,21 @@ class Loader:
             yield from self._cpu_batches(first, batches)
 
     def _data_loader(self, first, batches, slots=0, wait_slot=None) -> DataLoader:
-        source = _BatchSource(self.dataset, self.geometry, self.order.seed, self.on_error == "skip", self.finish,
-                              self._ring)
-        workers = self.num_workers
-        return DataLoader(
-            source, sampler=_Requests(self.order.epoch, batches, first, slots, wait_slot), batch_size=None,
-            collate_fn=_identity, num_workers=workers, prefetch_factor=self.prefetch_factor if workers else None,
-            worker_init_fn=_worker_init if workers else None,
-            pin_memory=self.dataset.decode == "cpu" and self._device.cuda,
-            multiprocessing_context=(self.multiprocessing_context or _worker_context()) if workers else None,
-        )
+        """The DataLoader for this epoch's requests; its workers persist from epoch to epoch."""
+        if self._batches_loader is None:
+            source = _BatchSource(self.dataset, self.geometry, self.order.seed, self.on_error == "skip",
+                                  self.finish, self._ring)
+            self._requests = _Requests(slots, wait_slot)
+            workers = self.num_workers
+            self._batches_loader = DataLoader(
+                source, sampler=self._requests, batch_size=None, collate_fn=_identity, num_workers=workers,
+                prefetch_factor=self.prefetch_factor if workers else None, persistent_workers=workers > 0,
+                worker_init_fn=_worker_init if workers else None,
+                pin_memory=self.dataset.decode == "cpu" and self._device.cuda,
+                multiprocessing_context=(self.multiprocessing_context or _worker_context()) if workers else None,
+            )
+        self._requests.start(self.order.epoch, batches, first)
+        return self._batches_loader
 
     def _cpu_batches(self, first, batches):
         for _, _, batch in self._data_loader(first, batches):
