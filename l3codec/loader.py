@@ -31,7 +31,7 @@ from torch.utils.data import DataLoader, Dataset, get_worker_info
 
 from . import codec, gpu
 from . import staging as stage
-from .format import L3Error
+from .format import STATUS_CORRUPT, L3Error
 from .geometry import CenterCrop, Full, RandomCrop, RandomResizedCrop
 from .order import EpochOrder
 
@@ -154,7 +154,7 @@ def host_decode_step(staged, buffer: torch.Tensor, out: torch.Tensor, status: to
                 codec.decode(data[starts[item]:starts[item] + info.file_size], region=(y, x, h, w),
                              out=target if info.channels > 1 else target[:, :, 0], verify=False)
             except L3Error:
-                status.numpy()[position[int(item)]] = 4  # STATUS_CORRUPT
+                status.numpy()[position[int(item)]] = STATUS_CORRUPT
 
 
 # ---------------------------------------------------------------- resizing, flipping, normalising

@@ -158,7 +158,9 @@ def stage_for_gpu(reader, indices, fields, geometry, buffer: np.ndarray, *, seed
     prepared = batching.assemble(plans, buffer[:written], layout=(offsets, pitches, out_size), data_offsets=where)
     packed = batching.packed_layout(prepared)
     batching.write_packed(prepared, packed, buffer)
-    prepared.data = np.empty(0, np.uint8)  # the bytes stay in the buffer; only tables travel back
+    # the bytes and stream tables stay in the buffer; what the main process needs to launch travels back
+    prepared.data = np.empty(0, np.uint8)
+    prepared.stream_starts = prepared.stream_ends = np.empty(0, np.int64)
     return _staged(samples, layouts, out_size, skipped, prepared, packed)
 
 
