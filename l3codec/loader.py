@@ -207,12 +207,13 @@ def _bits(images: torch.Tensor) -> torch.Tensor:
     return images.view(torch.int16) if images.dtype == torch.uint16 else images
 
 
-def _flip_where(images: torch.Tensor, flips: torch.Tensor) -> torch.Tensor:
-    """Mirror the items (N, H, W, C) whose flag is set, in place."""
-    chosen = torch.nonzero(flips).reshape(-1)
-    if chosen.numel():
-        bits = _bits(images)
-        bits[chosen] = bits[chosen].flip(2)
+def _flip_where(images: torch.Tensor, crops) -> torch.Tensor:
+    """Mirror the items (N, H, W, C) whose crop says so, in place. The choice is made on the host
+    (no device-to-host sync, so the decode keeps overlapping the caller's step)."""
+    chosen = [i for i, crop in enumerate(crops) if crop.flip]
+    if chosen:
+        bits, index = _bits(images), torch.tensor(chosen, device=images.device)
+        bits[index] = bits[index].flip(2)
     return images
 
 
@@ -234,13 +235,12 @@ class _Finish:
         dtype = _TORCH_DTYPES[np.dtype(layout.dtypes[0])]
         height, width = layout.canvas
         canvas = flat[layout.offset:layout.offset + layout.size].view(dtype).view(n, height, width, layout.channels[0])
-        flips = torch.tensor([crop.flip for crop in crops], device=flat.device)
         regions_hw = [tuple(crop.region[2:]) for crop in crops]
         if all(hw == size for hw in regions_hw):
             images = canvas
         else:
             images = self._resized(name, canvas, torch.tensor(regions_hw, dtype=torch.int64, device=flat.device), size)
-        return self._present(name, _flip_where(images, flips), batched=True)
+        return self._present(name, _flip_where(images, crops), batched=True)
 
     def _resized(self, name, canvas, regions, size):
         if name != "image":
