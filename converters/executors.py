@@ -53,10 +53,12 @@ class InlineExecutor:
 
 
 class PoolExecutor:
-    """A local process pool (forkserver: children do not inherit the coordinator's threads)."""
+    """A local process pool. Workers fork from a forkserver (not from the coordinator, which runs threads)
+    that has loaded the codec once (pool_warmup), so each starts with it."""
 
     def __init__(self, workers: int):
         context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload([f"{__package__}.pool_warmup"])
         self.progress_queue = context.Queue()
         self.workers = workers
         self._pool = concurrent.futures.ProcessPoolExecutor(

@@ -14,6 +14,7 @@ import errno
 import hashlib
 import json
 import os
+import queue as queue_module
 import shutil
 import sys
 import threading
@@ -82,6 +83,7 @@ class Summary:
     shards_reused: int = 0
     wall_seconds: float = 0.0
     verified: bool = False
+    workers: int = 1
     per_split: dict = field(default_factory=dict)
 
     @property
@@ -102,6 +104,9 @@ class Summary:
         lines.append(f"{self.shards} shards ({self.shards_reused} reused), wall {self.wall_seconds:.1f} s, "
                      f"{rate:.1f} images/s, {self.source_bytes / 1e6 / max(self.wall_seconds, 1e-9):.1f} MB/s"
                      + (", every sample verified" if self.verified else ""))
+        if self.shards - self.shards_reused < self.workers and self.shards > self.shards_reused:
+            lines.append(f"  note: {self.shards - self.shards_reused} shards for {self.workers} workers left some "
+                         "idle (a worker converts whole shards): a smaller --shard-size spreads the work")
         for failure in self.failures[:10]:
             lines.append(f"  skipped {failure['split']}/{failure['key']}: {failure['error']} ({failure['source']})")
         if len(self.failures) > 10:
@@ -122,7 +127,6 @@ def _read_file(path: str, member: str) -> bytes:
 def _encode_sample(sample, fields, options) -> tuple:
     """(images {field: bytes}, infos, json bytes, source bytes, notes) or SourceError."""
     arrays, source_bytes, notes, json_bytes = {}, 0, [], None
-    paths = dict(sample.files)
     for member, path in sample.files:
         if member == "json":
             json_bytes = _read_file(path, member)
@@ -139,7 +143,7 @@ def _encode_sample(sample, fields, options) -> tuple:
         notes += member_notes
     missing = [member for member in fields if member not in arrays]
     if missing:
-        raise SourceError(f"missing {', '.join(missing)} ({paths})")
+        raise SourceError(f"no source file for {', '.join(missing)}")
     base = arrays["image"].shape[:2]
     for member, array in arrays.items():
         if array.shape[:2] != base:
@@ -213,18 +217,9 @@ def convert_shard(task: ShardTask, options: dict, dst: str) -> dict:
     record.update(split=task.split, failures=failures, notes=notes, source_bytes=source_total,
                   l3_bytes=written_total, seconds=time.perf_counter() - started)
     rows_path, record_path = _record_paths(dst, task.split, task.number)
-    buffer = _npy_bytes(rows)
-    dataset.write_atomic(rows_path, buffer)
+    dataset.write_atomic(rows_path, dataset.npy_bytes(rows))
     dataset.write_atomic(record_path, json.dumps(record).encode())
     return record
-
-
-def _npy_bytes(rows: np.ndarray) -> bytes:
-    import io
-
-    buffer = io.BytesIO()
-    np.save(buffer, rows, allow_pickle=False)
-    return buffer.getvalue()
 
 
 def _load_record(dst: str, split: str, number: int) -> dict | None:
@@ -354,9 +349,7 @@ class _Progress:
             self._thread = threading.Thread(target=self._drain, daemon=True)
             self._thread.start()
 
-    def _drain(self):
-        import queue as queue_module
-
+    def _drain(self) -> None:
         while not self._stop.is_set():
             try:
                 images, source_bytes, _ = self.queue.get(timeout=0.2)
@@ -369,7 +362,7 @@ class _Progress:
         if self.bar is not None:
             self.bar.update(images)
             seconds = max(time.perf_counter() - self.started, 1e-9)
-            self.bar.set_postfix_str(f"{self.source_bytes / 1e6 / seconds:.1f} MB/s", refresh=False)
+            self.bar.set_postfix_str(f"{self.source_bytes / 1e6 / seconds:.3g} MB/s", refresh=False)
 
     def shard_done(self, record: dict) -> None:
         if self.queue is None:
@@ -379,6 +372,12 @@ class _Progress:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=1)
+            try:  # what the workers reported after the drain stopped
+                while True:
+                    images, source_bytes, _ = self.queue.get_nowait()
+                    self.advance(images, source_bytes)
+            except (queue_module.Empty, OSError, EOFError, ValueError):
+                pass
         if self.bar is not None:
             self.bar.close()
 
@@ -410,9 +409,9 @@ def convert(layout: str, src, dst, /, *, split: str | None = None, mode: str = "
                     "max_side": max_side, "resize_short": resize_short, "exif_transpose": exif_transpose,
                     "annotations": annotations if layout == "cityscapes" else None}
     fingerprint = _plan_fingerprint(found.name, tasks, byte_options)
+    if resume and os.path.exists(os.path.join(dst, dataset.MANIFEST_NAME)):
+        return _summary_from_manifest(dst, fingerprint, started)
     _prepare_destination(dst, fingerprint, resume, found.splits)
-    if os.path.exists(os.path.join(dst, dataset.MANIFEST_NAME)):
-        return _summary_from_manifest(dst, started)
     worker_options = {**byte_options, "verify": verify}
     records = {}
     pending = []
@@ -442,14 +441,15 @@ def convert(layout: str, src, dst, /, *, split: str | None = None, mode: str = "
         bar.close()
         executor.shutdown(cancel=interrupted)
     try:
-        summary = _finish(found, src, dst, tasks, records, byte_options, verify, started)
+        summary = _finish(found, src, dst, tasks, records, byte_options, verify, fingerprint, started)
     except OSError as error:
         raise _destination_error(error, dst) from error
     summary.shards_reused = reused
+    summary.workers = getattr(executor, "workers", 1)
     return summary
 
 
-def _finish(found, src, dst, tasks, records, byte_options, verify, started) -> Summary:
+def _finish(found, src, dst, tasks, records, byte_options, verify, fingerprint, started) -> Summary:
     """Write every split's index, then the manifest; drop the work directory."""
     summary = Summary(dst=dst, verified=verify)
     splits = {}
@@ -496,14 +496,19 @@ def _finish(found, src, dst, tasks, records, byte_options, verify, started) -> S
         "splits": splits,
         "failures": summary.failures,
         "pixel_notes": notes,
+        "plan_fingerprint": fingerprint,
     })
     shutil.rmtree(os.path.join(dst, WORK_DIR), ignore_errors=True)
     summary.wall_seconds = time.perf_counter() - started
     return summary
 
 
-def _summary_from_manifest(dst: str, started: float) -> Summary:
+def _summary_from_manifest(dst: str, fingerprint: str, started: float) -> Summary:
+    """--resume on a finished dataset: nothing to do if it is the same conversion."""
     manifest = dataset.read_manifest(dst)
+    if manifest.get("plan_fingerprint") != fingerprint:
+        raise ConvertError(f"{dst} already holds a finished conversion of other sources or options; "
+                           "delete it to convert again")
     summary = Summary(dst=dst, failures=list(manifest.get("failures", [])))
     for name, split in manifest["splits"].items():
         summary.per_split[name] = {key: split[key] for key in ("samples", "failures", "source_bytes", "l3_bytes")}

@@ -130,8 +130,11 @@ class ShardWriter:
             raise L3Error(f"sample key {key!r} must be non-empty, relative and hold no '.'")
         if set(images) != set(self.fields):
             raise L3Error(f"sample {key!r} has fields {sorted(images)}, the shard expects {sorted(self.fields)}")
+        encoded = key.encode()
+        if len(encoded) > self.dtype["key"].itemsize:
+            raise L3Error(f"sample key {key!r} is longer than the index's {self.dtype['key'].itemsize} bytes")
         row = np.zeros((), self.dtype)
-        row["key"] = key.encode()
+        row["key"] = encoded
         row["shard"] = self.number
         row["label"] = label
         row["source_bytes"] = source_bytes
@@ -202,12 +205,17 @@ def write_atomic(path, data: bytes) -> None:
     os.replace(temporary, path)
 
 
-def write_index(directory, rows: np.ndarray) -> str:
-    """Write a split's index.npy (rows in sample order); its path."""
+def npy_bytes(rows: np.ndarray) -> bytes:
+    """Index rows as the bytes of a .npy file."""
     buffer = io.BytesIO()
     np.save(buffer, np.ascontiguousarray(rows), allow_pickle=False)
+    return buffer.getvalue()
+
+
+def write_index(directory, rows: np.ndarray) -> str:
+    """Write a split's index.npy (rows in sample order); its path."""
     path = os.path.join(os.fspath(directory), INDEX_NAME)
-    write_atomic(path, buffer.getvalue())
+    write_atomic(path, npy_bytes(rows))
     return path
 
 
@@ -286,12 +294,7 @@ class DatasetReader:
         path = self._path(*parts)
         if self.remote:
             fs = self._filesystem()
-            try:
-                return fs.cat_file(path)
-            except FileNotFoundError:
-                raise
-            except OSError as error:
-                raise FileNotFoundError(f"cannot read {path}: {error}") from error
+            return fs.cat_file(path)
         with open(path, "rb") as file:
             return file.read()
 
@@ -372,8 +375,7 @@ class DatasetReader:
 
     def shape(self, i: int, field: str = "image") -> tuple:
         if field not in self.fields:
-            self._check_member(field if field in self.members else field)
-            raise KeyError(f"{field!r} is not an image field")
+            raise KeyError(f"split {self.split!r} has no image field {field!r}; it has {list(self.fields)}")
         row = self._row(i)
         return (int(row[f"{field}_height"]), int(row[f"{field}_width"]), int(row[f"{field}_channels"]))
 

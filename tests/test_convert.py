@@ -152,3 +152,20 @@ def test_cityscapes_takes_the_label_kinds_present_and_reports_samples_missing_on
     for i in range(len(train)):
         for field in train.fields:
             assert np.array_equal(decoded(train, i, field), expected["train"][train.key(i)][field])
+
+
+def test_shard_sizes_parse_and_bad_options_are_refused(tmp_path):
+    from l3codec.converters.pipeline import parse_size
+
+    assert parse_size("256MB") == 256_000_000 and parse_size("1MiB") == 2**20 and parse_size("500k") == 500_000
+    assert parse_size(4096) == 4096 and parse_size("1.5GB") == 1_500_000_000
+    for bad in ("lots", "-1MB", "0", "12XB"):
+        with pytest.raises(ValueError, match="shard size"):
+            parse_size(bad)
+    folder_tree(tmp_path / "src")
+    with pytest.raises(ValueError, match="mode must be one of"):
+        convert("folder", tmp_path / "src", tmp_path / "dst", mode="tiny", workers=0, progress=False)
+    with pytest.raises(ValueError, match="max_side must be a positive integer"):
+        convert("folder", tmp_path / "src", tmp_path / "dst", max_side=0, workers=0, progress=False)
+    with pytest.raises(LayoutError, match="layout must be one of"):
+        convert("coco", tmp_path / "src", tmp_path / "dst", workers=0, progress=False)

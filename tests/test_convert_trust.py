@@ -99,6 +99,12 @@ def test_resume_after_sigkill_is_identical_to_an_uninterrupted_run(tmp_path):
         assert os.stat(dst / "train" / name).st_mtime_ns == mtime
     assert tree_files(dst) == tree_files(tmp_path / "whole")
     assert_matches_source(dst, expected)
+    again = convert("folder", tmp_path / "src", dst, workers=0, shard_size="1", resume=True, progress=False)
+    assert again.shards_reused == again.shards == 10 and tree_files(dst) == tree_files(tmp_path / "whole")
+    with pytest.raises(ConvertError, match="finished conversion of other sources or options"):
+        convert("folder", tmp_path / "src", dst, workers=0, mode="fast", resume=True, progress=False)
+    with pytest.raises(ConvertError, match="already holds a converted dataset"):
+        convert("folder", tmp_path / "src", dst, workers=0, shard_size="1", progress=False)
 
 
 def test_resume_refuses_changed_sources(tmp_path):
@@ -254,3 +260,29 @@ def test_ctrl_c_stops_a_pool_run_cleanly_and_resume_finishes_it(tmp_path):
     summary = convert("folder", tmp_path / "src", dst, workers=0, shard_size="1", resume=True, progress=False)
     assert summary.shards_reused == 9 and summary.samples == 10
     assert_matches_source(dst, expected)
+
+
+def test_verify_reports_a_sample_whose_l3_pixels_differ_and_writes_nothing_for_it(tmp_path, monkeypatch, capsys):
+    expected = folder_tree(tmp_path / "src")
+    real_decode = l3codec.decode
+    target = None
+
+    def faulty_decode(data, **options):  # stands in for a codec fault on one sample
+        nonlocal target
+        pixels = real_decode(data, **options)
+        if target is None:
+            target = True
+            pixels = pixels.copy()
+            pixels.flat[7] ^= 1
+        return pixels
+
+    monkeypatch.setattr(l3codec, "decode", faulty_decode)
+    code = l3convert(["folder", str(tmp_path / "src"), str(tmp_path / "dst"), "--workers", "0", "--verify",
+                      "--no-progress"])
+    monkeypatch.setattr(l3codec, "decode", real_decode)
+    assert code == 1
+    [failure] = read_manifest(tmp_path / "dst")["failures"]
+    assert failure["kind"] == "verify" and failure["key"] == "cat/0" and "differ" in failure["error"]
+    assert "skipped train/cat/0" in capsys.readouterr().out
+    del expected["cat/0"]
+    assert_matches_source(tmp_path / "dst", expected)

@@ -114,9 +114,11 @@ def test_not_a_dataset_missing_split_and_newer_version_are_clear(tmp_path):
         dataset.open_dataset(tmp_path)
 
 
-def test_keys_with_dots_are_refused(tmp_path):
+def test_keys_with_dots_or_too_long_are_refused(tmp_path):
     writer = dataset.ShardWriter(tmp_path, 0, ("image",), key_width=4)
     data = l3codec.encode(np.zeros((4, 4), np.uint8))
     with pytest.raises(l3codec.L3Error, match="no '.'"):
         writer.add("a.b", {"image": data}, infos={"image": l3codec.info(data)})
+    with pytest.raises(l3codec.L3Error, match="longer than the index's 4 bytes"):
+        writer.add("abcde", {"image": data}, infos={"image": l3codec.info(data)})
     writer.abort()
