@@ -140,7 +140,8 @@ def decode(data, /, *, region=None, out=None, verify: bool = True) -> np.ndarray
 
     region=(y, x, h, w) decodes only the tiles that intersect it and returns that window.
     out receives the pixels when given: a writeable numpy array of the result's shape and dtype,
-    any strides (a view into a larger buffer works), checked before decoding. data that is not bytes-like raises TypeError.
+    any strides (a view into a larger buffer works), checked before decoding. data that is not
+    bytes-like raises TypeError.
     verify=False skips the payload checksum (headers and sizes are always checked).
     """
     from . import cpu
