@@ -52,11 +52,19 @@ def read(data: bytes) -> tuple:
 
     if not data:
         raise UnreadableSource("empty file (0 bytes)")
+    # OpenCV logs its own lines about a bad file on stderr; the caller reports it in one line
+    log_level = cv2.utils.logging.getLogLevel()
+    cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_SILENT)
     try:
         image = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
     except cv2.error as error:
         raise UnreadableSource(f"OpenCV cannot decode it ({getattr(error, 'err', '') or 'error'})") from None
+    finally:
+        cv2.utils.logging.setLogLevel(log_level)
     if image is None:
+        kind = _signature_format(data)
+        if kind is not None:
+            raise UnreadableSource(f"truncated or corrupt {kind} file (OpenCV cannot decode it)")
         raise UnreadableSource("not an image format OpenCV can read")
     if image.ndim == 3 and image.shape[2] == 1:
         image = image[:, :, 0]
@@ -91,6 +99,17 @@ def _apply_policy(image: np.ndarray, stored: Stored, notes: list) -> np.ndarray:
         has_alpha = channels in (2, 4)
         notes.append(f"transparent colour (tRNS) {'made an alpha channel' if has_alpha else 'dropped'}")
     return image
+
+
+_SIGNATURES = {
+    b"\x89PNG\r\n\x1a\n": "PNG", b"\xff\xd8\xff": "JPEG", b"GIF87a": "GIF", b"GIF89a": "GIF",
+    b"II*\x00": "TIFF", b"MM\x00*": "TIFF",
+}
+
+
+def _signature_format(data: bytes) -> str | None:
+    """The format whose signature data starts with (PNG, JPEG, GIF or TIFF), or None."""
+    return next((kind for magic, kind in _SIGNATURES.items() if data.startswith(magic)), None)
 
 
 def stored_layout(data: bytes) -> Stored | None:

@@ -346,3 +346,20 @@ def test_transparent_colour_bmp_palette_and_grey_jpeg(tmp_path, capsys):
     assert keyed.shape == (H, W, 4) and keyed[0, 0, 3] == 0
     np.testing.assert_array_equal(keyed[:, :, :3], rgb)
     assert l3codec.imread(tmp_path / "grey.l3").shape == (H, W)
+
+
+def test_a_damaged_source_is_one_line_naming_its_format(tmp_path, capfd):
+    # capfd, not capsys: OpenCV's own log lines go to file descriptor 2, past sys.stderr
+    png = tmp_path / "rgb.png"
+    write_png(png, make_image("noise", H, W, 3, np.uint8))
+    (tmp_path / "half.png").write_bytes(png.read_bytes()[:60])
+    (tmp_path / "ifd.tif").write_bytes(b"II*\x00\x08\x00\x00\x00\xff\xff" + bytes(5))  # 65535 tags in 7 bytes
+    (tmp_path / "text.png").write_bytes(b"not an image at all\n")
+    names = ["half.png", "ifd.tif", "text.png"]
+    assert main(["encode", *(str(tmp_path / n) for n in names)]) == 1
+    assert capfd.readouterr().err.splitlines() == [
+        f"l3: {tmp_path / 'half.png'}: truncated or corrupt PNG file (OpenCV cannot decode it)",
+        f"l3: {tmp_path / 'ifd.tif'}: truncated or corrupt TIFF file (OpenCV cannot decode it)",
+        f"l3: {tmp_path / 'text.png'}: not an image format OpenCV can read",
+    ]
+    assert not list(tmp_path.glob("*.l3"))
