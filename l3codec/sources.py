@@ -117,8 +117,7 @@ def stored_layout(data: bytes) -> Stored | None:
     if data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR" and len(data) >= 26:
         bits, colour_type = data[24], data[25]
         colour = {0: "grey", 2: "rgb", 3: "palette", 4: "grey+alpha", 6: "rgba"}.get(colour_type)
-        first_data = data.find(b"IDAT")
-        has_trns = b"tRNS" in data[33 : first_data if first_data > 0 else len(data)]
+        has_trns = _png_has_chunk_before_data(data, b"tRNS")
         return None if colour is None else Stored(colour, bits, has_trns and colour in ("grey", "rgb"))
     if data[:2] == b"\xff\xd8":
         components = _jpeg_components(data)
@@ -130,6 +129,20 @@ def stored_layout(data: bytes) -> Stored | None:
     if data[:4] in (b"II*\x00", b"MM\x00*"):
         return _tiff_layout(data)
     return None
+
+
+def _png_has_chunk_before_data(data: bytes, kind: bytes) -> bool:
+    """Whether a chunk of this kind comes before the first IDAT, walking the chunks (a search of
+    the bytes would also find the name inside another chunk's text or compressed data)."""
+    pos = 8  # after the signature
+    while pos + 8 <= len(data):
+        length, name = int.from_bytes(data[pos : pos + 4], "big"), data[pos + 4 : pos + 8]
+        if name == kind:
+            return True
+        if name in (b"IDAT", b"IEND"):
+            return False
+        pos += 12 + length  # length, name, data, CRC
+    return False
 
 
 def _jpeg_components(data: bytes) -> int | None:

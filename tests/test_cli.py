@@ -363,3 +363,15 @@ def test_a_damaged_source_is_one_line_naming_its_format(tmp_path, capfd):
         f"l3: {tmp_path / 'text.png'}: not an image format OpenCV can read",
     ]
     assert not list(tmp_path.glob("*.l3"))
+
+
+def test_a_chunk_name_inside_png_text_is_not_a_transparent_colour(tmp_path, capsys):
+    from PIL import PngImagePlugin
+
+    text = PngImagePlugin.PngInfo()
+    text.add_text("Comment", "this image has no tRNS chunk")
+    image = make_image("noise", H, W, 3, np.uint8)
+    Image.fromarray(image).save(tmp_path / "rgb.png", pnginfo=text)
+    assert main(["encode", str(tmp_path / "rgb.png")]) == 0
+    assert capsys.readouterr().err == ""
+    np.testing.assert_array_equal(l3codec.imread(tmp_path / "rgb.l3"), image)
