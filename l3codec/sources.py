@@ -125,7 +125,11 @@ def stored_layout(data: bytes) -> Stored | None:
     if data[:4] == b"GIF8":
         return Stored("palette")
     if data[:2] == b"BM" and len(data) >= 30:
-        return Stored("palette") if int.from_bytes(data[28:30], "little") <= 8 else None
+        # bits per pixel: after 4-byte width and height (BITMAPINFOHEADER and later), or after
+        # 2-byte ones (the 12-byte OS/2 BITMAPCOREHEADER); 0 means JPEG or PNG inside
+        core = int.from_bytes(data[14:18], "little") == 12
+        bits = int.from_bytes(data[24:26] if core else data[28:30], "little")
+        return Stored("palette") if 0 < bits <= 8 else None
     if data[:4] in (b"II*\x00", b"MM\x00*"):
         return _tiff_layout(data)
     return None

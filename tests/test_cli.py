@@ -375,3 +375,15 @@ def test_a_chunk_name_inside_png_text_is_not_a_transparent_colour(tmp_path, caps
     assert main(["encode", str(tmp_path / "rgb.png")]) == 0
     assert capsys.readouterr().err == ""
     np.testing.assert_array_equal(l3codec.imread(tmp_path / "rgb.l3"), image)
+
+
+def test_an_os2_palette_bmp_is_noted(tmp_path, capsys):
+    """A BMP with the 12-byte OS/2 header keeps its bit count at offset 24, not 28."""
+    palette = bytes([0, 0, 0, 255, 255, 255]) + bytes(3 * 254)  # 3-byte BGR entries
+    rows = bytes([0, 1, 1, 0]) * 2  # 2x2, rows padded to 4 bytes
+    offset = 14 + 12 + len(palette)
+    data = (b"BM" + (offset + len(rows)).to_bytes(4, "little") + bytes(4) + offset.to_bytes(4, "little")
+            + bytes([12, 0, 0, 0, 2, 0, 2, 0, 1, 0, 8, 0]) + palette + rows)
+    (tmp_path / "os2.bmp").write_bytes(data)
+    assert main(["encode", str(tmp_path / "os2.bmp")]) == 0
+    assert "note: palette expanded to" in capsys.readouterr().err
