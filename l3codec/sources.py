@@ -52,11 +52,19 @@ def read(data: bytes) -> tuple:
 
     if not data:
         raise UnreadableSource("empty file (0 bytes)")
+    # OpenCV logs its own lines about a bad file on stderr; the caller reports it in one line
+    log_level = cv2.utils.logging.getLogLevel()
+    cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_SILENT)
     try:
         image = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
     except cv2.error as error:
         raise UnreadableSource(f"OpenCV cannot decode it ({getattr(error, 'err', '') or 'error'})") from None
+    finally:
+        cv2.utils.logging.setLogLevel(log_level)
     if image is None:
+        kind = _signature_format(data)
+        if kind is not None:
+            raise UnreadableSource(f"truncated or corrupt {kind} file (OpenCV cannot decode it)")
         raise UnreadableSource("not an image format OpenCV can read")
     if image.ndim == 3 and image.shape[2] == 1:
         image = image[:, :, 0]
@@ -93,13 +101,23 @@ def _apply_policy(image: np.ndarray, stored: Stored, notes: list) -> np.ndarray:
     return image
 
 
+_SIGNATURES = {
+    b"\x89PNG\r\n\x1a\n": "PNG", b"\xff\xd8\xff": "JPEG", b"GIF87a": "GIF", b"GIF89a": "GIF",
+    b"II*\x00": "TIFF", b"MM\x00*": "TIFF",
+}
+
+
+def _signature_format(data: bytes) -> str | None:
+    """The format whose signature data starts with (PNG, JPEG, GIF or TIFF), or None."""
+    return next((kind for magic, kind in _SIGNATURES.items() if data.startswith(magic)), None)
+
+
 def stored_layout(data: bytes) -> Stored | None:
     """What the header of a PNG, JPEG, GIF, BMP or TIFF file says about its pixels (None: not known)."""
     if data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR" and len(data) >= 26:
         bits, colour_type = data[24], data[25]
         colour = {0: "grey", 2: "rgb", 3: "palette", 4: "grey+alpha", 6: "rgba"}.get(colour_type)
-        first_data = data.find(b"IDAT")
-        has_trns = b"tRNS" in data[33 : first_data if first_data > 0 else len(data)]
+        has_trns = _png_has_chunk_before_data(data, b"tRNS")
         return None if colour is None else Stored(colour, bits, has_trns and colour in ("grey", "rgb"))
     if data[:2] == b"\xff\xd8":
         components = _jpeg_components(data)
@@ -107,10 +125,28 @@ def stored_layout(data: bytes) -> Stored | None:
     if data[:4] == b"GIF8":
         return Stored("palette")
     if data[:2] == b"BM" and len(data) >= 30:
-        return Stored("palette") if int.from_bytes(data[28:30], "little") <= 8 else None
+        # bits per pixel: after 4-byte width and height (BITMAPINFOHEADER and later), or after
+        # 2-byte ones (the 12-byte OS/2 BITMAPCOREHEADER); 0 means JPEG or PNG inside
+        core = int.from_bytes(data[14:18], "little") == 12
+        bits = int.from_bytes(data[24:26] if core else data[28:30], "little")
+        return Stored("palette") if 0 < bits <= 8 else None
     if data[:4] in (b"II*\x00", b"MM\x00*"):
         return _tiff_layout(data)
     return None
+
+
+def _png_has_chunk_before_data(data: bytes, kind: bytes) -> bool:
+    """Whether a chunk of this kind comes before the first IDAT, walking the chunks (a search of
+    the bytes would also find the name inside another chunk's text or compressed data)."""
+    pos = 8  # after the signature
+    while pos + 8 <= len(data):
+        length, name = int.from_bytes(data[pos : pos + 4], "big"), data[pos + 4 : pos + 8]
+        if name == kind:
+            return True
+        if name in (b"IDAT", b"IEND"):
+            return False
+        pos += 12 + length  # length, name, data, CRC
+    return False
 
 
 def _jpeg_components(data: bytes) -> int | None:
