@@ -121,7 +121,8 @@ def cached_njit(modules, notice=None, **options):
 
     def decorate(func):
         dispatcher = numba.njit(**options)(func)
-        dispatcher._cache = SourceKeyedCache(dispatcher.py_func)
+        if not numba.config.DISABLE_JIT:  # else njit returns func itself
+            dispatcher._cache = SourceKeyedCache(dispatcher.py_func)
         return dispatcher
 
     return decorate
