@@ -56,17 +56,18 @@ def _trailing_zeros(value, limit):
 _REPLACEMENTS = {"trailing_zeros": _trailing_zeros}
 if sys.byteorder == "little":
     _REPLACEMENTS["load56"] = _load56
-# Row and stream functions compile once each and are called; the per-sample functions are
-# inlined into them (as calls, they cost the compact decoder 2.5x; inlined everywhere, they
-# double the first-use compile time).
-_CALLED = {
-    "decode_uncoded", "encode_compact_stream", "decode_compact_stream", "encode_compact_row", "decode_compact_row",
-    "best_run_index", "encode_fast_stream", "decode_fast_stream", "encode_fast_row", "decode_fast_row",
+# The decoders' per-sample functions are inlined where they are used (as calls, they cost the
+# compact decoder 2.5x); everything else compiles once and is called (inlined everywhere, the
+# first use would compile twice as long).
+_INLINED = {
+    "load56", "peek_bits", "read_bits", "trailing_zeros", "read_sample", "uncoded_sample", "subtract_green",
+    "add_green", "med", "neighbours", "activity_context", "unzigzag", "rice_parameter", "adapted", "initial_sum",
+    "decode_code", "decode_run", "predict_odd", "predict", "width_field_bits", "groups_per_row",
 }
 
 
 def _compile(func):
-    return numba.njit(func) if func.__name__ in _CALLED else numba.njit(inline="always")(func)
+    return numba.njit(inline="always")(func) if func.__name__ in _INLINED else numba.njit(func)
 
 
 _dev = compile_device_functions(
