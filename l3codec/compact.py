@@ -14,8 +14,8 @@ runs, adaptation), and the tests hold the two to the same pixels and statuses.
 import numpy as np
 
 from .bitio import (
-    W_NACC, W_POS, WRITER_STATE_SIZE, bit_length, peek_bits, put_bits, read_bits, trailing_zeros, writer_flush,
-    writer_init,
+    W_NACC, W_POS, WRITER_STATE_SIZE, bit_length, peek_bits, put_bits, read_bits, trailing_zeros,
+    writer_flush, writer_init,
 )
 from .format import KIND_CODED, STATUS_BAD_HEADER, STATUS_BAD_SIZE, STATUS_CORRUPT, STATUS_OK
 from .jit import device
@@ -87,6 +87,16 @@ def neighbours(row, col, left, left2, up, upleft, half):
 
 
 @device
+def tile_neighbours(tile, row, col, half):
+    """(W, N, NW) of tile[row, col], read from the tile plane itself (a GPU lane reads them from its ring)."""
+    left = np.int64(tile[row, col - 1]) if col > 0 else half
+    left2 = np.int64(tile[row, col - 2]) if col > 1 else half
+    up = np.int64(tile[row - 1, col]) if row > 0 else half
+    upleft = np.int64(tile[row - 1, col - 1]) if row > 0 and col > 0 else half
+    return neighbours(row, col, left, left2, up, upleft, half)
+
+
+@device
 def activity_context(w, n, nw, mapped_n, mapped_w, bits):
     activity = ((abs(w - nw) + abs(n - nw)) >> 1) + mapped_n + mapped_w
     # activity > t << shift exactly when ((activity - 1) >> shift) + 1 > t
@@ -136,7 +146,8 @@ def adapt(state, ctx, mapped, k):
 
 @device
 def initial_sum(k_nibbles, ctx):
-    """A mean mapped residual of 1.5 * 2**k, mid-range for the context's k, weighted as INITIAL_COUNT samples."""
+    """A mean mapped residual of 1.5 * 2**k, mid-range for the context's k, weighted as INITIAL_COUNT
+    samples."""
     return (3 * INITIAL_COUNT << ((k_nibbles >> (4 * ctx)) & 15)) >> 1
 
 
@@ -208,7 +219,8 @@ def decode_run(buf, pos, index, remaining):
 @device
 def decode_run_length(buf, state, remaining):
     """Length of a run starting at this sample; `remaining` samples are left in the row."""
-    run, state[S_POS], state[S_RUN_INDEX], error = decode_run(buf, state[S_POS], state[S_RUN_INDEX], remaining)
+    run, pos, state[S_RUN_INDEX], error = decode_run(buf, state[S_POS], state[S_RUN_INDEX], remaining)
+    state[S_POS] = pos
     if error:
         state[S_ERROR] = 1
     if run < remaining:
@@ -267,11 +279,7 @@ def decode_compact_row(buf, pos, tile, row, width, bits, k_nibbles, run_index, s
     interrupt = False
     col = 0
     while col < width:
-        left = np.int64(tile[row, col - 1]) if col > 0 else half
-        left2 = np.int64(tile[row, col - 2]) if col > 1 else half
-        up = np.int64(tile[row - 1, col]) if row > 0 else half
-        upleft = np.int64(tile[row - 1, col - 1]) if row > 0 and col > 0 else half
-        w, n, nw = neighbours(row, col, left, left2, up, upleft, half)
+        w, n, nw = tile_neighbours(tile, row, col, half)
         if not interrupt and w == n and n == nw:
             run, pos, run_index, error = decode_run(buf, pos, run_index, width - col)
             if error:
@@ -396,11 +404,7 @@ def encode_compact_row(tile, row, width, bits, out, writer, state, stats, runs, 
     mapped_above = mapped_rows[(row + 1) % 2]
     col = 0
     while col < width:
-        left = np.int64(tile[row, col - 1]) if col > 0 else half
-        left2 = np.int64(tile[row, col - 2]) if col > 1 else half
-        up = np.int64(tile[row - 1, col]) if row > 0 else half
-        upleft = np.int64(tile[row - 1, col - 1]) if row > 0 and col > 0 else half
-        w, n, nw = neighbours(row, col, left, left2, up, upleft, half)
+        w, n, nw = tile_neighbours(tile, row, col, half)
         x = np.int64(tile[row, col])
         if w == n and n == nw:
             run = 0

@@ -61,8 +61,9 @@ if sys.byteorder == "little":
 # first use would compile twice as long).
 _INLINED = {
     "load56", "peek_bits", "read_bits", "trailing_zeros", "read_sample", "uncoded_sample", "subtract_green",
-    "add_green", "med", "neighbours", "activity_context", "unzigzag", "rice_parameter", "adapted", "initial_sum",
-    "decode_code", "decode_run", "predict_odd", "predict", "width_field_bits", "groups_per_row",
+    "add_green", "med", "neighbours", "tile_neighbours", "activity_context", "unzigzag", "rice_parameter",
+    "adapted", "initial_sum", "decode_code", "decode_run", "predict_odd", "predict", "width_field_bits",
+    "groups_per_row",
 }
 
 
@@ -155,13 +156,15 @@ def _stream_tile(planes, stream, grid):
 @_cached_parallel
 def _encode_compact_streams(planes, grid, bits, out, slot_bytes, sizes):
     for stream in numba.prange(sizes.shape[0]):
-        sizes[stream] = encode_compact_stream(_stream_tile(planes, stream, grid), bits, out, stream * slot_bytes)
+        tile = _stream_tile(planes, stream, grid)
+        sizes[stream] = encode_compact_stream(tile, bits, out, stream * slot_bytes)
 
 
 @_cached_parallel
 def _encode_fast_streams(planes, grid, bits, out, slot_bytes, sizes):
     for stream in numba.prange(sizes.shape[0]):
-        sizes[stream] = encode_fast_stream(_stream_tile(planes, stream, grid), bits, out, stream * slot_bytes)
+        tile = _stream_tile(planes, stream, grid)
+        sizes[stream] = encode_fast_stream(tile, bits, out, stream * slot_bytes)
 
 
 @_cached_parallel

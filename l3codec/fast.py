@@ -10,7 +10,10 @@ group widths alone.
 
 import numpy as np
 
-from .bitio import PEEK_BITS, W_POS, WRITER_STATE_SIZE, bit_length, peek_bits, put_bits, read_bits, writer_flush, writer_init
+from .bitio import (
+    PEEK_BITS, W_POS, WRITER_STATE_SIZE, bit_length, peek_bits, put_bits, read_bits, writer_flush,
+    writer_init,
+)
 from .compact import med, unzigzag, zigzag
 from .format import KIND_CODED, STATUS_BAD_HEADER, STATUS_BAD_SIZE, STATUS_OK
 from .jit import device
@@ -123,7 +126,8 @@ def encode_fast_row(tile, row, width, bits, out, writer, field_writer, mapped):
 
 @device
 def encode_fast_stream(tile, bits, out, start):
-    """Encode one tile-channel (2-D view) at out[start:]; returns the stream size (at most the raw stream's)."""
+    """Encode one tile-channel (2-D view) at out[start:]; returns the stream size (at most the raw
+    stream's)."""
     height, width = tile.shape
     raw_size = 1 + (bits // 8) * height * width
     constant = constant_value(tile)

@@ -58,7 +58,7 @@ def _same(a, b) -> bool:
     return a is b or (isinstance(a, (int, float, str)) and type(a) is type(b) and a == b)
 
 
-# ---------------------------------------------------------------- on-disk cache keyed on every compiled source
+# ---------------------------------------------------------------- an on-disk cache keyed on all it compiles
 
 
 def source_files(modules) -> list:

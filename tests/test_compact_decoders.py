@@ -17,7 +17,8 @@ def step_decode_stream(buf, start, end, tile, bits):
     if not coded:
         return status
     height, width = tile.shape
-    status, run_index, k_nibbles, length_bits, table_pos, pos = compact.compact_stream_layout(buf, start, end, height)
+    layout = compact.compact_stream_layout(buf, start, end, height)
+    status, run_index, k_nibbles, length_bits, table_pos, pos = layout
     if status != fmt.STATUS_OK:
         return status
     half = 1 << (bits - 1)
@@ -35,11 +36,7 @@ def step_decode_stream(buf, start, end, tile, bits):
             continue
         compact.row_state_init(state, pos, k_nibbles, run_index)
         for col in range(width):
-            left = int(tile[row, col - 1]) if col > 0 else half
-            left2 = int(tile[row, col - 2]) if col > 1 else half
-            up = int(tile[row - 1, col]) if row > 0 else half
-            upleft = int(tile[row - 1, col - 1]) if row > 0 and col > 0 else half
-            w, n, nw = compact.neighbours(row, col, left, left2, up, upleft, half)
+            w, n, nw = compact.tile_neighbours(tile, row, col, half)
             mapped_n = mapped_rows[(row + 1) % 2, col] if row > 0 else 0
             tile[row, col] = compact.decode_sample(buf, state, w, n, nw, mapped_n, width - col, bits)
             mapped_rows[row % 2, col] = state[compact.S_MAPPED]
@@ -107,5 +104,6 @@ def test_row_and_step_decoders_report_the_same_status_on_damage(name):
         assert np.array_equal(step_status, cpu_status)
         statuses.update(step_status.tolist())
         for stream in np.flatnonzero(step_status == 0):  # streams both accept decode to the same pixels
-            assert np.array_equal(stream_tile(info, step_planes, stream), stream_tile(info, cpu_planes, stream))
+            step_tile = stream_tile(info, step_planes, stream)
+            assert np.array_equal(step_tile, stream_tile(info, cpu_planes, stream))
     assert len(statuses - {0}) >= 2  # the damage reached more than one kind of check

@@ -69,8 +69,8 @@ def test_cache_follows_an_edit_of_a_compiled_module_it_imports(tmp_path):
 
     def run(offset):
         (package / "dep.py").write_text(DEP.format(offset=offset))
-        done = subprocess.run([sys.executable, "-c", RUN], env=env, capture_output=True, text=True, timeout=300,
-                              check=True)
+        done = subprocess.run([sys.executable, "-c", RUN], env=env, capture_output=True, text=True,
+                              timeout=300, check=True)
         return json.loads(done.stdout), "compiling" in done.stderr
 
     assert run(1) == ([2, 0], True)  # compiled, and said so
