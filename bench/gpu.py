@@ -1,6 +1,6 @@
 """GPU decode benchmark, and an analytic estimate where no GPU exists.
 
-    python bench/gpu.py [folder] [--batch 64] [--repeat 5] [--out bench/results]
+    python bench/gpu.py [folder] [--batch 64] [--repeat 5] [--emulate-frames N] [--out bench/results]
 
 With a CUDA GPU: decode GB/s and images/s for a batch of frames (the folder's
 images repeated to --batch), both backends and both modes, next to CPU PNG decode
@@ -10,6 +10,14 @@ Without one: the ptxas resource report of the CUDA C kernels (NVRTC, sm_80 and
 sm_90) and an ESTIMATE, computed from the real encoded frames: bytes read and
 written per image, warp steps per tile, and the fraction of lane-steps that do
 useful work under the kernels' schedules. Nothing there is a measurement of speed.
+
+Everywhere: the global memory traffic of the CUDA C kernels, counted per warp
+instruction by the host emulation (tests/emulation.py) while it decodes the frames bit
+for bit, and the SASS instruction counts of the sm_90 cubins (nvdisasm from the
+nvidia-cuda-nvdisasm package; the section is skipped without it).
+
+The report goes to <out>/gpu.md (default bench/results) and to stdout; it names the
+folder, not where it is.
 """
 
 from __future__ import annotations
@@ -17,7 +25,11 @@ from __future__ import annotations
 import argparse
 import math
 import pathlib
+import re
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
 
 import cv2
@@ -25,6 +37,7 @@ import numpy as np
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))  # the host emulation of the CUDA C kernels
 
 import l3codec  # noqa: E402
 from l3codec import format as fmt  # noqa: E402
@@ -178,6 +191,295 @@ def numba_report(out) -> None:
               f"{r['spill_stores']} | {r['spill_loads']} | {r['shared']} |", file=out)
 
 
+# ---------------------------------------------------------------- emulated memory traffic (no GPU needed)
+
+SECTOR = 32
+
+
+def emulate_frames(frames: list, mode: str, **counters) -> tuple:
+    """Decode each frame (one launch each) with the host emulation of the CUDA C kernels, adding to
+    the counters given (traffic=, coverage=); check the result is exact. Returns (samples,
+    compressed bytes)."""
+    from emulation import decode_batch_emulated
+
+    samples = compressed = 0
+    for frame in frames:
+        data = l3codec.encode(frame, mode=mode)
+        (image,), status = decode_batch_emulated([data], **counters)
+        if status.any() or not np.array_equal(image.reshape(frame.shape), frame):
+            raise SystemExit(f"emulated {mode} decode is not exact")
+        samples += frame.size
+        compressed += len(data)
+    return samples, compressed
+
+
+def traffic_report(frames: list, out) -> None:
+    """Global memory traffic of the CUDA C kernels decoding each frame, counted by the host
+    emulation per warp instruction (tests/cuda_emulation.h): lanes' bytes requested, and the
+    32-byte sectors each warp instruction touches, as a GPU coalesces them."""
+    try:
+        from emulation import Traffic
+    except Exception as error:  # noqa: BLE001 - no g++ or no emulation: say why
+        print(f"\n(no emulated traffic: {error})", file=out)
+        return
+    print("\n## Global memory traffic, counted by the host emulation (CUDA C kernels)\n", file=out)
+    print("Every load and store of the unchanged .cu files, executed by the host emulation while it decodes "
+          "each frame bit for bit (checked), one frame per launch. A warp instruction is the k-th "
+          "execution of one instruction by the lanes of a warp between two of their rendezvous points; its "
+          "sectors are the distinct 32-byte sectors its lanes touch. Input: the compressed bytes (the whole "
+          "files); output: the decoded pixels. Table loads (stream offsets, item and task records) are "
+          "counted where g++ reloads them, which nvcc may keep in registers: an upper bound.\n", file=out)
+    print("| mode | frames | input bytes requested / compressed byte | input sectors x 32 / compressed byte "
+          "| input warp loads / sample | sectors / input warp load | table bytes / sample "
+          "| output bytes stored / output byte | sectors written / output byte (ideal 1/32) "
+          "| whole sectors / sectors written |", file=out)
+    print("|---|---|---|---|---|---|---|---|---|---|", file=out)
+    for mode in ("compact", "fast"):
+        traffic = Traffic()
+        samples, compressed = emulate_frames(frames, mode, traffic=traffic)
+        output = sum(frame.nbytes for frame in frames)
+        count = traffic.get
+        table_regions = ("stream_starts", "stream_ends", "items", "tasks")
+        tables = sum(count(region, False, "bytes") for region in table_regions)
+        loads = count("data", False, "instructions")
+        written = count("out", True, "sectors")
+        print(f"| {mode} | {len(frames)} | {count('data', False, 'bytes') / compressed:.2f} | "
+              f"{count('data', False, 'sectors') * SECTOR / compressed:.2f} | {loads / samples:.3f} | "
+              f"{count('data', False, 'sectors') / max(loads, 1):.2f} | {tables / samples:.3f} | "
+              f"{count('out', True, 'bytes') / output:.3f} | {written / output:.4f} | "
+              f"{count('out', True, 'full_sectors') / max(written, 1):.1%} |", file=out)
+
+
+# ---------------------------------------------------------------- SASS (no GPU needed)
+
+_SASS_LINE = re.compile(r'//## File "([^"]+)", line (\d+)')
+_SASS_INSTRUCTION = re.compile(r"^\s+/\*[0-9a-f]{4,}\*/\s+(.+?)\s*;")
+_SASS_FUNCTION = re.compile(r"^(\w+):$")
+_SOURCE_FUNCTION = re.compile(r"^(?:L3_DEVICE|L3_HOST_DEVICE)\s.*?(\w+)\(")
+
+
+def find_nvdisasm():
+    """nvdisasm on PATH or from the nvidia-cuda-nvdisasm wheel, else None."""
+    found = shutil.which("nvdisasm")
+    if found:
+        return found
+    try:
+        import nvidia
+    except ImportError:
+        return None
+    for root in nvidia.__path__:
+        for candidate in sorted(pathlib.Path(root).glob("*/bin/nvdisasm")):
+            return str(candidate)
+    return None
+
+
+def source_functions(path: pathlib.Path) -> list:
+    """[(first line, name)] of the device functions of a kernel source, in line order; a line
+    belongs to the last function starting at or before it (the kernel macro's line is 'kernel')."""
+    functions = [(0, "(file scope)")]
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        match = _SOURCE_FUNCTION.match(line)
+        if match:
+            functions.append((number, match.group(1)))
+        elif line.startswith("L3_DECODE_KERNEL("):
+            functions.append((number, "kernel entry"))
+    return functions
+
+
+def sass_by_function(text: str) -> dict:
+    """{kernel: {(file name, source function): SASS instructions}} from `nvdisasm -gi` output,
+    each instruction counted at the innermost source line nvdisasm gives it."""
+    functions = {}
+    counts = {}
+    for kernel, chain in sass_instructions(text):
+        path, number = chain[0]
+        if path not in functions:
+            functions[path] = source_functions(path) if path.exists() else [(0, "?")]
+        name = [n for first, n in functions[path] if first <= number][-1]
+        by_function = counts.setdefault(kernel, {})
+        by_function[(path.name, name)] = by_function.get((path.name, name), 0) + 1
+    return counts
+
+
+def sass_instructions(text: str):
+    """(kernel, chain) of every SASS instruction (NOPs left out) in `nvdisasm -gi` output; chain:
+    ((source path, line), ...) from the innermost inlined line out to the kernel's own."""
+    kernel, chain, chain_done = None, ((pathlib.Path("?"), 0),), True
+    for line in text.splitlines():
+        match = _SASS_FUNCTION.match(line)
+        if match and not line.startswith("."):
+            kernel = match.group(1)
+            continue
+        found = _SASS_LINE.search(line)
+        if found:  # consecutive comment lines: the inline stack, innermost first
+            place = (pathlib.Path(found.group(1)), int(found.group(2)))
+            chain = (place,) if chain_done else (*chain, place)
+            chain_done = False
+            continue
+        if kernel and _SASS_INSTRUCTION.match(line):
+            chain_done = True
+            if "NOP" not in line:
+                yield kernel, chain
+
+
+def disassemble_sass(filename: str, nvdisasm: str) -> str:
+    """`nvdisasm -gi` of kernels/<filename> compiled by NVRTC for sm_90 with -lineinfo."""
+    from l3codec.kernels import cuda_c
+
+    cubin, _ = cuda_c.nvrtc_compile(filename, "sm_90", ("-lineinfo",))
+    with tempfile.TemporaryDirectory() as directory:
+        path = pathlib.Path(directory) / "kernel.cubin"
+        path.write_bytes(cubin)
+        return subprocess.run([nvdisasm, "-gi", "-c", str(path)], capture_output=True, text=True,
+                              check=True).stdout
+
+
+def sass_report(out) -> dict:
+    """Static SASS instruction counts of the CUDA C kernels for sm_90, by source function.
+    Returns {kernel: {((source name, line), ... out to the kernel's line): instructions}}."""
+    nvdisasm = find_nvdisasm()
+    if nvdisasm is None:
+        print("\n(no SASS counts: nvdisasm not found; pip install nvidia-cuda-nvdisasm)", file=out)
+        return {}
+    from l3codec.kernels import cuda_c
+
+    print("\n## SASS instructions of the CUDA C kernels (sm_90, static)\n", file=out)
+    print("NVRTC with the project's options plus -lineinfo (which does not change the code) to a cubin, "
+          "`nvdisasm -gi`; each instruction is counted once at the innermost source line it is attributed "
+          "to, so a function inlined three times counts three copies, and both sample sizes (8- and 16-bit "
+          "instantiations) are in the kernel: the code's size, not instructions run per sample.\n", file=out)
+    print("| kernel | source function | SASS instructions | share |", file=out)
+    print("|---|---|---|---|", file=out)
+    by_line = {}
+    for filename in cuda_c.SOURCES:
+        text = disassemble_sass(filename, nvdisasm)
+        for kernel, chain in sass_instructions(text):
+            key = tuple((path.name, number) for path, number in chain)
+            lines = by_line.setdefault(kernel, {})
+            lines[key] = lines.get(key, 0) + 1
+        for kernel, by_function in sorted(sass_by_function(text).items()):
+            total = sum(by_function.values())
+            print(f"| {kernel} | all | {total} | 100% |", file=out)
+            for (source, function), n in sorted(by_function.items(), key=lambda item: -item[1]):
+                print(f"| {kernel} | {source}: {function} | {n} | {n / total:.1%} |", file=out)
+    return by_line
+
+
+# ---------------------------------------------------------------- SASS per sample, weighted by emulated paths
+
+_OBJDUMP_FUNCTION = re.compile(r"^[0-9a-f]+ <(.+)>:$")
+_OBJDUMP_INSTRUCTION = re.compile(r"^\s+([0-9a-f]+):\s+(.*)$")
+MODE_KERNELS = {"compact": ("l3_decode_compact", "compact.cu"), "fast": ("l3_decode_fast", "fast.cu")}
+
+
+def host_blocks(library_path: str) -> dict:
+    """The basic blocks of the coverage build's kernels, as ({mode: {block offset: [(key, share)]}},
+    {mode: {key: copies}}): a key is the inline stack of source lines ((name, line), ...) from the
+    innermost out, as nvdisasm gives them for SASS; share: the part of one copy of the key's
+    instructions that the block holds; copies: how many instantiations hold the key."""
+    disassembly = subprocess.run(["objdump", "-d", "--no-show-raw-insn", library_path], capture_output=True,
+                                 text=True, check=True).stdout
+    block_of, pending, block, after_call, function = {}, [], None, False, ""
+    for line in disassembly.splitlines():
+        match = _OBJDUMP_FUNCTION.match(line)
+        if match:
+            function, block, pending = match.group(1), None, []
+            continue
+        match = _OBJDUMP_INSTRUCTION.match(line)
+        if not match or "l3" not in function or function.startswith("l3emu"):
+            continue
+        address, text = int(match.group(1), 16), match.group(2)
+        if text.startswith("call") and "<__sanitizer_cov_trace_pc@plt>" in text:
+            after_call = True
+            continue
+        if after_call:  # the callback returns here: this block's key (a prologue before it joins it)
+            block, after_call = address, False
+            for earlier in pending:
+                block_of[earlier] = block
+            pending = []
+        if block is None:
+            pending.append(address)
+        else:
+            block_of[address] = block
+    addresses = sorted(block_of)
+    lookup = subprocess.run(["addr2line", "-a", "-i", "-f", "-e", library_path],
+                            input="\n".join(map(hex, addresses)), capture_output=True, text=True,
+                            check=True).stdout.splitlines()
+    keys = {kernel: {} for kernel in MODE_KERNELS}
+    copies = {kernel: {} for kernel in MODE_KERNELS}
+    index = 0
+    for address in addresses:
+        assert lookup[index].startswith("0x"), lookup[index]
+        index += 1
+        chain = []  # (function, file name, line), innermost first
+        while index < len(lookup) and not lookup[index].startswith("0x"):
+            name, place = lookup[index], lookup[index + 1].split(" (")[0]
+            file, _, number = place.rpartition(":")
+            chain.append((name, pathlib.Path(file).name, int(number) if number.isdigit() else 0))
+            index += 2
+        if not chain or chain[0][1] not in ("compact.cu", "fast.cu", "l3_common.cuh", "l3_batch.cuh"):
+            continue
+        mode = next((m for m, (kernel, source) in MODE_KERNELS.items()
+                     if chain[-1][0] == kernel or chain[-1][1] == source), None)
+        if mode is None:
+            continue
+        key = tuple((name, number) for _, name, number in chain)
+        copy = tuple(function for function, _, _ in chain)
+        per_block = copies[mode].setdefault(key, {}).setdefault(copy, {})
+        per_block[block_of[address]] = per_block.get(block_of[address], 0) + 1
+    # a block runs the share of a line's copy that its instructions are (g++ spreads a line over
+    # blocks and hoists fragments of it into blocks that run more often)
+    for mode, by_key in copies.items():
+        for key, by_copy in by_key.items():
+            for per_block in by_copy.values():
+                total = sum(per_block.values())
+                for block, n in per_block.items():
+                    keys[mode].setdefault(block, []).append((key, n / total))
+    return keys, {mode: {key: len(c) for key, c in by_key.items()} for mode, by_key in copies.items()}
+
+
+def sass_per_sample_report(frames: list, sass_lines: dict, out) -> None:
+    """ESTIMATED warp-instructions per sample: the sm_90 SASS of each source line (per inlined copy),
+    times how often warps ran that line while the coverage build decoded the frames."""
+    try:
+        from emulation import WarpCoverage
+    except Exception as error:  # noqa: BLE001 - no g++ or no emulation: say why
+        print(f"\n(no SASS per sample: {error})", file=out)
+        return
+    if not sass_lines:
+        return
+    print("\n## SASS warp-instructions per sample, weighted by the emulated paths (ESTIMATE)\n", file=out)
+    print("The host emulation's coverage build (g++ -fsanitize-coverage=trace-pc) counts how often each "
+          "basic block runs as a warp while it decodes the frames: the k-th run by the lanes of a warp "
+          "between two rendezvous points is one warp run, so divergent paths add up as on a GPU. Each "
+          "block's source lines (with the lines they are inlined at, from DWARF) are priced with the "
+          "sm_90 SASS nvdisasm attributes to the same inline stack, divided by the number of instantiations "
+          "holding it (both sample sizes are); a g++ block that holds a fraction of a line's "
+          "instructions runs that fraction of the line. An ESTIMATE, biased high where nvcc makes "
+          "copies of a line that g++ does not (unrolled loops such as the warp scans, unswitched loops): "
+          "every copy is priced as if it ran. Unmatched SASS (lines g++ inlines differently) is left "
+          "out.\n", file=out)
+    print("| mode | frames | warp-instructions per sample | SASS not matched to a line the emulation ran "
+          "| top source lines (instructions per sample) |", file=out)
+    print("|---|---|---|---|---|", file=out)
+    for mode, (kernel, _) in MODE_KERNELS.items():
+        coverage = WarpCoverage()
+        samples, _ = emulate_frames(frames, mode, coverage=coverage)
+        keys, copies = host_blocks(coverage.library_path)
+        runs_by_key = {}
+        for block, runs in coverage.runs.items():
+            for key, share in keys[mode].get(block, ()):
+                runs_by_key[key] = runs_by_key.get(key, 0) + runs * share
+        sass = sass_lines.get(kernel, {})
+        cost = {key: runs * sass[key] / copies[mode][key] for key, runs in runs_by_key.items() if key in sass}
+        unmatched = sum(n for key, n in sass.items() if key not in copies[mode])
+        top = sorted(cost.items(), key=lambda item: -item[1])[:5]
+        described = ", ".join(" < ".join(f"{name}:{number}" for name, number in k[:2]) + f" {c / samples:.2f}"
+                              for k, c in top)
+        print(f"| {mode} | {len(frames)} | {sum(cost.values()) / samples:.1f} | "
+              f"{unmatched / max(sum(sass.values()), 1):.0%} | {described} |", file=out)
+
+
 # ---------------------------------------------------------------- measurement (GPU)
 
 
@@ -232,20 +534,27 @@ def main() -> int:
     parser.add_argument("folder", nargs="?", default=str(REPO.parent / "shared" / "corpus" / "hires2048"))
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--out", default=str(REPO / "bench" / "results"))
+    parser.add_argument("--emulate-frames", type=int, default=None,
+                        help="emulate only the first N frames for the traffic and path counts (default: all; "
+                        "a 2048x1024 frame takes minutes)")
+    parser.add_argument("--out", default=str(REPO / "bench" / "results"), help="folder for gpu.md")
     args = parser.parse_args()
-    frames = load_frames(pathlib.Path(args.folder))
+    folder = pathlib.Path(args.folder)
+    frames = load_frames(folder)
     out_dir = pathlib.Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "gpu.md"
     with open(path, "w") as out:
-        print(f"# GPU decode\n\nCommand: `python bench/gpu.py {args.folder}`; "
-              f"{len(frames)} frames of {frames[0].shape}.\n", file=out)
+        print(f"# GPU decode\n\nFolder `{folder.name}`: {len(frames)} frames of {frames[0].shape}.\n",
+              file=out)
         if gpu_present():
             measure(frames, args.batch, args.repeat, out)
         else:
             estimate(frames, out)
+        traffic_report(frames[: args.emulate_frames], out)
         ptxas_report(out)
+        sass_lines = sass_report(out)
+        sass_per_sample_report(frames[: args.emulate_frames], sass_lines, out)
     print(path.read_text())
     return 0
 

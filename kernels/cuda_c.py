@@ -117,7 +117,7 @@ def kernel_name(launch) -> str:
     return KERNELS[launch.mode][1]
 
 
-_LOCAL_INCLUDE = re.compile(r'\s*#\s*include\s+"([^"]+)"\s*$')
+_LOCAL_INCLUDE = re.compile(r'\s*#\s*include\s+"([^"]+)"\s*(//.*)?$')  # a trailing // comment allowed
 
 
 def source_text(filename: str) -> str:

@@ -300,13 +300,18 @@ L3_DEVICE void write_tile_part(const TileWriter& writer, int r0, int r1, int c0,
     const int channels = writer.channels;
     const bool green = writer.green != 0;
     const int row_samples = (c1 - c0) * channels;
-    const int total = (r1 - r0) * row_samples;
     const long long pitch = writer.pitch;
     unsigned char* base = writer.out + (r0 - writer.row_lo) * pitch + (c0 - writer.col_lo) * channels * (int)sizeof(T);
-    for (int i = tid; i < total; i += threads) {
-        const int row = i / row_samples;
-        const int sample = i - row * row_samples;
-        const int pixel = sample / channels;
+    // thread i of the flat index (row, sample) steps by `threads`: two divisions per call, none per sample
+    const int row_step = threads / row_samples, sample_step = threads - row_step * row_samples;
+    int row = tid / row_samples, sample = tid - row * row_samples;
+    for (; row < r1 - r0; row += row_step, sample += sample_step) {
+        if (sample >= row_samples) {
+            sample -= row_samples;
+            if (++row >= r1 - r0) break;
+        }
+        // channels is 1..4: a shift, or for 3 a division by a constant (a multiply)
+        const int pixel = channels == 3 ? (int)((unsigned)sample / 3u) : sample >> (channels >> 1);
         const int channel = sample - pixel * channels;
         const int r = r0 + row, c = c0 + pixel;
         unsigned value = fetch(channel, r, c);

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -201,9 +202,20 @@ def _content_keyed_cache_class():
 
 
 def cached_on_content(kernel):
-    """Turn on kernel's on-disk cache keyed on source_digest() (a no-op in the simulator)."""
-    if not config.ENABLE_CUDASIM:
+    """Turn on kernel's on-disk cache keyed on source_digest() (a no-op in the simulator).
+
+    This leans on numba-cuda internals: should they change, the kernel is left uncached (compiled
+    in every process) with a warning, rather than cached on its file's mtime, which can go stale."""
+    if config.ENABLE_CUDASIM:
+        return kernel
+    try:
         kernel._cache = _content_keyed_cache_class()(kernel.py_func)  # what enable_caching() does
+    except (ImportError, AttributeError, TypeError) as error:
+        warnings.warn(
+            f"l3codec: numba-cuda's cache internals have changed ({type(error).__name__}: {error}); "
+            f"the Numba CUDA kernel {kernel.__name__} is compiled in every process, not cached on disk",
+            RuntimeWarning, stacklevel=2,
+        )
     return kernel
 
 

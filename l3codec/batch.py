@@ -77,6 +77,7 @@ class Batch:
     out_offsets: np.ndarray  # int64 byte offset of each item's output
     out_size: int  # bytes of the whole output buffer
     launches: list
+    data_offsets: np.ndarray | None = None  # int64 byte offset of each item's file in data
 
     @property
     def same_shape(self) -> bool:
@@ -91,6 +92,37 @@ def _same_shape(shapes, dtypes) -> bool:
 def output_shape(info: fmt.Info, region) -> tuple:
     _, _, h, w = region
     return (h, w) if info.channels == 1 else (h, w, info.channels)
+
+
+@dataclass(frozen=True)
+class ItemPlan:
+    """One validated item, ready to join a batch: the per-item work, which a DataLoader worker can do."""
+
+    info: fmt.Info
+    region: tuple  # checked (y, x, h, w)
+    stream_starts: np.ndarray  # int64 offsets into the item's own bytes
+    stream_ends: np.ndarray
+    tiles: np.ndarray  # (n, 2) int64: (tile_y, tile_x) of the tiles the region touches
+
+    @property
+    def size(self) -> int:
+        return self.info.file_size
+
+    @property
+    def shape(self) -> tuple:
+        return output_shape(self.info, self.region)
+
+    @property
+    def row_bytes(self) -> int:
+        return self.region[3] * self.info.channels * (self.info.bits // 8)
+
+
+def plan_item(data, region=None, /, *, verify: bool = True) -> ItemPlan:
+    """Validate one item (header, stream table, with verify its payload checksum, its region)."""
+    parsed = fmt.parse(fmt.as_bytes_view(data), verify=verify)
+    info = parsed.info
+    region = (0, 0, info.height, info.width) if region is None else check_region(info, region)
+    return ItemPlan(info, region, parsed.stream_starts, parsed.stream_ends, _region_tiles(info, region))
 
 
 def prepare(items, regions=None, *, verify=True, max_pixels: int = fmt.MAX_PIXELS) -> Batch:
@@ -109,49 +141,65 @@ def prepare(items, regions=None, *, verify=True, max_pixels: int = fmt.MAX_PIXEL
     verify = [verify] * len(items) if isinstance(verify, bool) else list(verify)
     if len(verify) != len(items):
         raise L3Error(f"{len(verify)} verify flags for {len(items)} items")
-    views, parsed_items, checked_regions = [], [], []
+    views, plans = [], []
     for index, (item, region, check_payload) in enumerate(zip(items, regions, verify)):
         try:
             view = fmt.as_bytes_view(item)
-            parsed = fmt.parse(view, verify=check_payload)
-            info = parsed.info
-            full = (0, 0, info.height, info.width)
-            checked_regions.append(full if region is None else check_region(info, region))
+            plans.append(plan_item(view, region, verify=check_payload))
         except L3Error as error:
             raise L3Error(f"batch item {index}: {error}") from None
         views.append(view)
-        parsed_items.append(parsed)
-    total_pixels = sum(h * w for _, _, h, w in checked_regions)
+    check_pixels(plans, max_pixels)
+    return assemble(plans, np.concatenate(views))
+
+
+def check_pixels(plans, max_pixels: int = fmt.MAX_PIXELS) -> None:
+    total_pixels = sum(plan.region[2] * plan.region[3] for plan in plans)
     if total_pixels > max_pixels:
         raise L3Error(f"batch decodes {total_pixels} pixels, more than max_pixels={max_pixels}")
 
-    sizes = np.array([view.size for view in views], np.int64)
-    data_offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    data = np.empty(int(sizes.sum()), np.uint8)
-    for view, offset in zip(views, data_offsets):
-        data[offset:offset + view.size] = view
-    stream_counts = [len(p.stream_starts) for p in parsed_items]
+
+def default_layout(plans) -> tuple:
+    """(out_offsets, out_row_pitches, out_size): same-shape items back to back as one (N, *shape)
+    array, others each at a 16-byte aligned offset, so that each views with its own dtype."""
+    shapes = [plan.shape for plan in plans]
+    dtypes = [plan.info.dtype for plan in plans]
+    item_bytes = np.array([plan.region[2] * plan.row_bytes for plan in plans], np.int64)
+    padded = item_bytes if _same_shape(shapes, dtypes) else (item_bytes + 15) // 16 * 16
+    offsets = np.concatenate([[0], np.cumsum(padded)[:-1]]).astype(np.int64)
+    return offsets, np.array([plan.row_bytes for plan in plans], np.int64), int(padded.sum())
+
+
+def assemble(plans, data: np.ndarray, /, *, layout=None, data_offsets=None) -> Batch:
+    """The batch of validated items whose bytes lie in data: back to back in order, or at data_offsets.
+
+    layout: (out_offsets, out_row_pitches, out_size) placing each item's output (row pitch in
+    bytes, at least its row); default_layout(plans) when None. O(items + tiles) numpy work.
+    """
+    plans = list(plans)
+    sizes = np.array([plan.size for plan in plans], np.int64)
+    if data_offsets is None:
+        data_offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    data_offsets = np.asarray(data_offsets, np.int64)
+    if np.any(data_offsets < 0) or np.any(data_offsets + sizes > data.size):
+        raise L3Error(f"batch items lie outside its {data.size} bytes of data")
+    out_offsets, pitches, out_size = default_layout(plans) if layout is None else layout
+    if np.any(np.asarray(pitches) < [plan.row_bytes for plan in plans]):
+        raise L3Error("an output row pitch is shorter than its item's row")
+    stream_counts = [len(plan.stream_starts) for plan in plans]
     stream_base = np.concatenate([[0], np.cumsum(stream_counts)[:-1]]).astype(np.int64)
-    stream_starts = np.concatenate([p.stream_starts + o for p, o in zip(parsed_items, data_offsets)])
-    stream_ends = np.concatenate([p.stream_ends + o for p, o in zip(parsed_items, data_offsets)])
+    stream_starts = np.concatenate([plan.stream_starts + o for plan, o in zip(plans, data_offsets)])
+    stream_ends = np.concatenate([plan.stream_ends + o for plan, o in zip(plans, data_offsets)])
 
-    infos = [p.info for p in parsed_items]
-    shapes = [output_shape(info, region) for info, region in zip(infos, checked_regions)]
-    dtypes = [info.dtype for info in infos]
-    item_bytes = np.array([int(np.prod(s)) * d.itemsize for s, d in zip(shapes, dtypes)], np.int64)
-    if _same_shape(shapes, dtypes):
-        padded = item_bytes  # same-shape items lie back to back: one (N, H, W, C) buffer
-    else:
-        padded = (item_bytes + 15) // 16 * 16  # aligned, so each item views with its own dtype
-    out_offsets = np.concatenate([[0], np.cumsum(padded)[:-1]]).astype(np.int64)
-
-    records = np.zeros(len(items), ITEM_DTYPE)
-    for i, (info, region) in enumerate(zip(infos, checked_regions)):
+    infos = [plan.info for plan in plans]
+    records = np.zeros(len(plans), ITEM_DTYPE)
+    for i, plan in enumerate(plans):
+        info = plan.info
         records[i] = (
             info.width, info.height, info.channels, info.bits,
             fmt.TRANSFORM_SUBTRACT_GREEN if info.transform == "subtract-green" else fmt.TRANSFORM_NONE,
             info.tile_width, info.tile_height, info.tiles_x, stream_base[i],
-            *region, out_offsets[i], region[3] * info.channels * (info.bits // 8),
+            *plan.region, out_offsets[i], pitches[i],
         )
 
     launches = []
@@ -162,10 +210,9 @@ def prepare(items, regions=None, *, verify=True, max_pixels: int = fmt.MAX_PIXEL
             continue
         task_lists = []
         for local, i in enumerate(chosen):
-            tiles = _region_tiles(infos[i], checked_regions[i])
-            task = np.empty(len(tiles), TASK_DTYPE)
+            task = np.empty(len(plans[i].tiles), TASK_DTYPE)
             task["item"] = local
-            task["tile_y"], task["tile_x"] = tiles[:, 0], tiles[:, 1]
+            task["tile_y"], task["tile_x"] = plans[i].tiles[:, 0], plans[i].tiles[:, 1]
             task_lists.append(task)
         sub = records[chosen]
         launches.append(
@@ -184,13 +231,79 @@ def prepare(items, regions=None, *, verify=True, max_pixels: int = fmt.MAX_PIXEL
         stream_starts=stream_starts.astype(np.int64),
         stream_ends=stream_ends.astype(np.int64),
         infos=infos,
-        regions=checked_regions,
-        shapes=shapes,
-        dtypes=dtypes,
-        out_offsets=out_offsets,
-        out_size=int(padded.sum()),
+        regions=[plan.region for plan in plans],
+        shapes=[plan.shape for plan in plans],
+        dtypes=[info.dtype for info in infos],
+        out_offsets=np.asarray(out_offsets, np.int64),
+        out_size=int(out_size),
         launches=launches,
+        data_offsets=data_offsets,
     )
+
+
+@dataclass(frozen=True)
+class PackedLayout:
+    """Where a batch's bytes and tables lie in one buffer, so that a single copy takes all of it to
+    the device: byte offsets, each 8-byte aligned; per launch, its item and task tables."""
+
+    data_size: int
+    stream_starts: int
+    stream_ends: int
+    stream_count: int
+    items: tuple
+    tasks: tuple
+    size: int
+
+
+def packed_layout(batch: Batch) -> PackedLayout:
+    def align(offset: int) -> int:
+        return (offset + 7) // 8 * 8
+
+    count = len(batch.stream_starts)
+    starts = align(int(batch.data.size))
+    ends = starts + 8 * count
+    offset = ends + 8 * count
+    items, tasks = [], []
+    for launch in batch.launches:
+        items.append(offset)
+        offset += launch.items.nbytes
+        tasks.append(offset)
+        offset += launch.tasks.nbytes
+    return PackedLayout(int(batch.data.size), starts, ends, count, tuple(items), tuple(tasks), offset)
+
+
+def write_packed(batch: Batch, layout: PackedLayout, buffer: np.ndarray, /) -> None:
+    """Write the batch's data (unless it already lies at the start of buffer) and tables into buffer."""
+    if buffer.size < layout.size:
+        raise L3Error(f"a {buffer.size}-byte buffer cannot hold a packed batch of {layout.size} bytes")
+    if batch.data.size and batch.data.ctypes.data != buffer.ctypes.data:
+        buffer[:layout.data_size] = batch.data
+    buffer[layout.stream_starts:layout.stream_ends].view(np.int64)[:] = batch.stream_starts
+    buffer[layout.stream_ends:layout.stream_ends + 8 * layout.stream_count].view(np.int64)[:] = batch.stream_ends
+    for launch, items, tasks in zip(batch.launches, layout.items, layout.tasks):
+        buffer[items:items + launch.items.nbytes] = launch.items.view(np.uint8)
+        buffer[tasks:tasks + launch.tasks.nbytes] = launch.tasks.view(np.uint8)
+
+
+def packed_views(layout: PackedLayout, launches, buffer, /, int64_type=np.int64) -> tuple:
+    """(data, stream_starts, stream_ends, [(items, tasks) per launch]) as views of a flat uint8 packed
+    buffer of any array library with slicing, .view(dtype) and .reshape (numpy, CuPy, Numba device
+    arrays; torch with int64_type=torch.int64): int64 tables, items (n, 15) and tasks (n, 3)."""
+    def int64(start: int, count: int, columns: int | None = None):
+        view = buffer[start:start + 8 * count].view(int64_type)
+        return view if columns is None else view.reshape(count // columns, columns)
+
+    data = buffer[:layout.data_size]
+    starts = int64(layout.stream_starts, layout.stream_count)
+    ends = int64(layout.stream_ends, layout.stream_count)
+    tables = []
+    for launch, items, tasks in zip(launches, layout.items, layout.tasks):
+        item_columns, task_columns = len(ITEM_DTYPE.names), len(TASK_DTYPE.names)
+        tables.append((
+            int64(items, len(launch.items) * item_columns, item_columns),
+            int64(tasks, len(launch.tasks) * task_columns, task_columns),
+        ))
+    return data, starts, ends, tables
 
 
 def _region_tiles(info: fmt.Info, region) -> np.ndarray:

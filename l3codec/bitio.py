@@ -54,6 +54,16 @@ def read_bits(buf, bit_pos, count):
 
 
 @device
+def trailing_zeros(value, limit):
+    """Zero bits below the lowest set bit of value, at most limit (the CPU build counts them
+    with one instruction)."""
+    count = 0
+    while count < limit and ((value >> count) & 1) == 0:
+        count += 1
+    return count
+
+
+@device
 def writer_init(state, byte_pos, byte_limit):
     state[W_POS] = byte_pos
     state[W_ACC] = 0

@@ -133,16 +133,15 @@ def _check_out(out, shape: tuple, dtype: np.dtype) -> None:
         raise L3Error(f"out must be a {dtype} array of shape {shape}, not {out.dtype} of shape {out.shape}")
     if not out.flags.writeable:
         raise L3Error("out must be writeable, not a read-only array")
-    if not out.flags.c_contiguous:
-        raise L3Error("out must be C-contiguous")
 
 
 def decode(data, /, *, region=None, out=None, verify: bool = True) -> np.ndarray:
     """Decode an L3 image to HWC (HW for one channel) uint8/uint16.
 
     region=(y, x, h, w) decodes only the tiles that intersect it and returns that window.
-    out receives the pixels when given: a writeable, C-contiguous numpy array of the result's
-    shape and dtype (checked before decoding). data that is not bytes-like raises TypeError.
+    out receives the pixels when given: a writeable numpy array of the result's shape and dtype,
+    any strides (a view into a larger buffer works), checked before decoding. data that is not
+    bytes-like raises TypeError.
     verify=False skips the payload checksum (headers and sizes are always checked).
     """
     from . import cpu

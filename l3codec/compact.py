@@ -5,20 +5,29 @@ reset at the row start from values the encoder stores in the stream header. So a
 row needs only the row above (N, NW) and its own left neighbour (W): a GPU warp
 decodes a tile as a wavefront, lane r at pixel (r, c) on step r + c.
 
-The decoder is a per-sample step function over a small int64 state array, so the
-CPU row loop and the GPU wavefront lane run the very same code.
+A GPU lane decodes with decode_sample, a per-sample step function over a small int64
+state array; the CPU decodes a whole row with decode_compact_row, the same steps with
+the state in local variables. Both are built from the same pieces (contexts, code words,
+runs, adaptation), and the tests hold the two to the same pixels and statuses.
 """
 
 import numpy as np
 
-from .bitio import peek_bits, put_bits, read_bits
-from .format import STATUS_BAD_HEADER, STATUS_BAD_SIZE, STATUS_OK
+from .bitio import (
+    W_NACC, W_POS, WRITER_STATE_SIZE, bit_length, peek_bits, put_bits, read_bits, trailing_zeros,
+    writer_flush, writer_init,
+)
+from .format import KIND_CODED, STATUS_BAD_HEADER, STATUS_BAD_SIZE, STATUS_CORRUPT, STATUS_OK
 from .jit import device
+from .streams import constant_value, encode_uncoded
 
 # Regular contexts quantise local activity: the gradients |W-NW| + |N-NW| plus the mean
 # mapped residual of W and N (lane r-1 hands N's residual over with N's value).
 ACTIVITY_THRESHOLDS = np.array([1, 3, 6, 10, 16, 26, 44], dtype=np.int64)  # 8-bit; scaled by 2**(bits-8)
 REGULAR_CONTEXTS = len(ACTIVITY_THRESHOLDS) + 1
+# the thresholds below each (shifted) activity, so a context is one table read
+CONTEXT_OF_ACTIVITY = np.array([np.sum(ACTIVITY_THRESHOLDS < v) for v in range(ACTIVITY_THRESHOLDS[-1] + 2)],
+                               dtype=np.int64)
 INTERRUPT_CONTEXT = REGULAR_CONTEXTS  # the sample that ends a run has its own adaptive state
 CONTEXTS = REGULAR_CONTEXTS + 1
 UNARY_LIMIT = 12  # a quotient this large is an escape: the mapped residual follows raw
@@ -78,13 +87,20 @@ def neighbours(row, col, left, left2, up, upleft, half):
 
 
 @device
+def tile_neighbours(tile, row, col, half):
+    """(W, N, NW) of tile[row, col], read from the tile plane itself (a GPU lane reads them from its ring)."""
+    left = np.int64(tile[row, col - 1]) if col > 0 else half
+    left2 = np.int64(tile[row, col - 2]) if col > 1 else half
+    up = np.int64(tile[row - 1, col]) if row > 0 else half
+    upleft = np.int64(tile[row - 1, col - 1]) if row > 0 and col > 0 else half
+    return neighbours(row, col, left, left2, up, upleft, half)
+
+
+@device
 def activity_context(w, n, nw, mapped_n, mapped_w, bits):
     activity = ((abs(w - nw) + abs(n - nw)) >> 1) + mapped_n + mapped_w
-    shift = bits - 8
-    ctx = 0
-    while ctx < REGULAR_CONTEXTS - 1 and activity > (ACTIVITY_THRESHOLDS[ctx] << shift):
-        ctx += 1
-    return ctx
+    # activity > t << shift exactly when ((activity - 1) >> shift) + 1 > t
+    return CONTEXT_OF_ACTIVITY[min(((activity - 1) >> (bits - 8)) + 1, CONTEXT_OF_ACTIVITY.shape[0] - 1)]
 
 
 @device
@@ -112,15 +128,27 @@ def rice_parameter(a, n, bits):
 
 
 @device
-def adapt(state, ctx, mapped, k):
-    """Update the context's sums; one outlier (an edge in a label map) counts as at most 2**(k+4)."""
-    a = state[S_A + ctx] + min(mapped, np.int64(1) << (k + ADAPT_CAP_SHIFT))
-    n = state[S_N + ctx] + 1
+def adapted(a, n, mapped, k):
+    """A context's sum and count after one more mapped residual; one outlier (an edge in a label
+    map) counts as at most 2**(k+4)."""
+    a += min(mapped, np.int64(1) << (k + ADAPT_CAP_SHIFT))
+    n += 1
     if n == RESET_COUNT:
         a >>= 1
         n >>= 1
-    state[S_A + ctx] = a
-    state[S_N + ctx] = n
+    return a, n
+
+
+@device
+def adapt(state, ctx, mapped, k):
+    state[S_A + ctx], state[S_N + ctx] = adapted(state[S_A + ctx], state[S_N + ctx], mapped, k)
+
+
+@device
+def initial_sum(k_nibbles, ctx):
+    """A mean mapped residual of 1.5 * 2**k, mid-range for the context's k, weighted as INITIAL_COUNT
+    samples."""
+    return (3 * INITIAL_COUNT << ((k_nibbles >> (4 * ctx)) & 15)) >> 1
 
 
 @device
@@ -133,60 +161,71 @@ def row_state_init(state, bit_pos, k_nibbles, run_index):
     state[S_MAPPED] = 0
     state[S_ERROR] = 0
     for ctx in range(CONTEXTS):
-        # a mean mapped residual of 1.5 * 2**k, mid-range for k, weighted as INITIAL_COUNT samples
-        state[S_A + ctx] = (3 * INITIAL_COUNT << ((k_nibbles >> (4 * ctx)) & 15)) >> 1
+        state[S_A + ctx] = initial_sum(k_nibbles, ctx)
         state[S_N + ctx] = INITIAL_COUNT
 
 
 @device
-def decode_mapped(buf, state, ctx, bits):
-    """One Golomb-Rice (or escaped) mapped residual, then adapt the context."""
-    k = rice_parameter(state[S_A + ctx], state[S_N + ctx], bits)
-    pos = state[S_POS]
+def decode_code(buf, pos, k, bits):
+    """One Golomb-Rice (or escaped) code word at bit pos: (mapped residual, bit position after it)."""
     window = peek_bits(buf, pos)
-    q = 0
-    while q < UNARY_LIMIT and ((window >> q) & 1) == 0:
-        q += 1
+    q = trailing_zeros(window, UNARY_LIMIT)
     # the whole code word fits the 49-bit window: q + 1 + k <= 29, UNARY_LIMIT + bits <= 28
     if q < UNARY_LIMIT:
-        mapped = (np.int64(q) << k) | ((window >> (q + 1)) & ((np.int64(1) << k) - 1))
-        pos += q + 1 + k
-    else:
-        mapped = (window >> UNARY_LIMIT) & ((np.int64(1) << bits) - 1)
-        pos += UNARY_LIMIT + bits
-    state[S_POS] = pos
+        return (np.int64(q) << k) | ((window >> (q + 1)) & ((np.int64(1) << k) - 1)), pos + q + 1 + k
+    return (window >> UNARY_LIMIT) & ((np.int64(1) << bits) - 1), pos + UNARY_LIMIT + bits
+
+
+@device
+def decode_mapped(buf, state, ctx, bits):
+    """One mapped residual in context ctx, then adapt the context."""
+    k = rice_parameter(state[S_A + ctx], state[S_N + ctx], bits)
+    mapped, state[S_POS] = decode_code(buf, state[S_POS], k, bits)
     adapt(state, ctx, mapped, k)
     state[S_MAPPED] = mapped
     return mapped
 
 
 @device
-def decode_run_length(buf, state, remaining):
-    """Length of a run starting at this sample; `remaining` samples are left in the row."""
+def decode_run(buf, pos, index, remaining):
+    """A run starting at a sample with `remaining` samples left in its row: (length, bit position
+    after it, run index after it, error). A length of `remaining` ends the row; a shorter run is
+    followed by its interruption sample. A run past the row end is an error (cut to remaining - 1)."""
     run = 0
     while True:
-        pos = state[S_POS]
-        index = state[S_RUN_INDEX]
-        chunk = np.int64(1) << RUN_ORDER[index]
+        order = RUN_ORDER[index]
         if read_bits(buf, pos, 1):
-            state[S_POS] = pos + 1
+            pos += 1
+            chunk = np.int64(1) << order
             if chunk >= remaining - run:
                 if chunk == remaining - run and index < RUN_INDEX_MAX:
-                    state[S_RUN_INDEX] = index + 1
-                return remaining
+                    index += 1
+                return remaining, pos, index, 0
             run += chunk
             if index < RUN_INDEX_MAX:
-                state[S_RUN_INDEX] = index + 1
+                index += 1
         else:
-            run += read_bits(buf, pos + 1, RUN_ORDER[index])
-            state[S_POS] = pos + 1 + RUN_ORDER[index]
-            if run > remaining - 1:  # a run that ends past the row: corrupt
+            run += read_bits(buf, pos + 1, order)
+            pos += 1 + order
+            error = 0
+            if run > remaining - 1:
                 run = remaining - 1
-                state[S_ERROR] = 1
+                error = 1
             if index > 0:
-                state[S_RUN_INDEX] = index - 1
-            state[S_INTERRUPT] = 1
-            return run
+                index -= 1
+            return run, pos, index, error
+
+
+@device
+def decode_run_length(buf, state, remaining):
+    """Length of a run starting at this sample; `remaining` samples are left in the row."""
+    run, pos, state[S_RUN_INDEX], error = decode_run(buf, state[S_POS], state[S_RUN_INDEX], remaining)
+    state[S_POS] = pos
+    if error:
+        state[S_ERROR] = 1
+    if run < remaining:
+        state[S_INTERRUPT] = 1
+    return run
 
 
 @device
@@ -221,6 +260,53 @@ def decode_sample(buf, state, w, n, nw, mapped_n, remaining, bits):
     ctx = activity_context(w, n, nw, mapped_n, state[S_MAPPED], bits)
     mapped = decode_mapped(buf, state, ctx, bits)
     return (med(w, n, nw) + unzigzag(mapped)) & ((np.int64(1) << bits) - 1)
+
+
+@device
+def decode_compact_row(buf, pos, tile, row, width, bits, k_nibbles, run_index, sums, counts, mapped_rows):
+    """Decode one coded row of a tile plane (2-D view) from bit pos: the CPU's form of decode_sample,
+    which a GPU lane steps through one sample at a time, with the state in local variables (sums and
+    counts: scratch for the contexts' adaptive state). mapped_rows as for encode_compact_row.
+    Returns (bit position after the row, error); a row with an error is corrupt whatever follows."""
+    half = np.int64(1) << (bits - 1)
+    mask = (np.int64(1) << bits) - 1
+    mapped_here = mapped_rows[row % 2]
+    mapped_above = mapped_rows[(row + 1) % 2]
+    for ctx in range(CONTEXTS):
+        sums[ctx] = initial_sum(k_nibbles, ctx)
+        counts[ctx] = INITIAL_COUNT
+    mapped_w = np.int64(0)
+    interrupt = False
+    col = 0
+    while col < width:
+        w, n, nw = tile_neighbours(tile, row, col, half)
+        if not interrupt and w == n and n == nw:
+            run, pos, run_index, error = decode_run(buf, pos, run_index, width - col)
+            if error:
+                return pos, 1
+            for i in range(col, col + run):
+                tile[row, i] = w
+                mapped_here[i] = 0
+            col += run
+            mapped_w = 0
+            interrupt = True
+            if run > 0:
+                continue  # the interruption sample sees the run in its neighbours
+        ctx = INTERRUPT_CONTEXT if interrupt else activity_context(
+            w, n, nw, mapped_above[col] if row > 0 else 0, mapped_w, bits)
+        k = rice_parameter(sums[ctx], counts[ctx], bits)
+        mapped, pos = decode_code(buf, pos, k, bits)
+        sums[ctx], counts[ctx] = adapted(sums[ctx], counts[ctx], mapped, k)
+        if interrupt:
+            value = n + unzigzag(mapped + (1 if n == w else 0))
+        else:
+            value = med(w, n, nw) + unzigzag(mapped)
+        interrupt = False
+        tile[row, col] = value & mask
+        mapped_here[col] = mapped
+        mapped_w = mapped
+        col += 1
+    return pos, 0
 
 
 @device
@@ -318,11 +404,7 @@ def encode_compact_row(tile, row, width, bits, out, writer, state, stats, runs, 
     mapped_above = mapped_rows[(row + 1) % 2]
     col = 0
     while col < width:
-        left = np.int64(tile[row, col - 1]) if col > 0 else half
-        left2 = np.int64(tile[row, col - 2]) if col > 1 else half
-        up = np.int64(tile[row - 1, col]) if row > 0 else half
-        upleft = np.int64(tile[row - 1, col - 1]) if row > 0 and col > 0 else half
-        w, n, nw = neighbours(row, col, left, left2, up, upleft, half)
+        w, n, nw = tile_neighbours(tile, row, col, half)
         x = np.int64(tile[row, col])
         if w == n and n == nw:
             run = 0
@@ -382,3 +464,110 @@ def initial_k_nibbles(stats, bits):
         nibbles |= k << (4 * ctx)
     return nibbles
 
+
+
+@device
+def repeats_row_above(tile, row):
+    if row == 0:
+        return False
+    for col in range(tile.shape[1]):
+        if tile[row, col] != tile[row - 1, col]:
+            return False
+    return True
+
+
+@device
+def encode_compact_stream(tile, bits, out, start):
+    """Encode one tile-channel (2-D view) at out[start:]; returns the stream size. Needs
+    MAX_PREFIX_BYTES + the raw stream's size of room: the rows are written after room for the
+    largest prefix, then moved down."""
+    height, width = tile.shape
+    raw_size = 1 + (bits // 8) * height * width
+    constant = constant_value(tile)
+    if constant >= 0:
+        return encode_uncoded(tile, bits, out, start, constant)
+    state = np.empty(STATE_SIZE, np.int64)
+    writer = np.empty(WRITER_STATE_SIZE, np.int64)
+    stats = np.zeros(2 * CONTEXTS, np.int64)
+    runs = np.empty(height * width + 1, np.int64)
+    mapped_rows = np.zeros((2, width), np.int64)
+    row_run_starts = np.zeros(height + 1, np.int64)
+    # Pass 1 only measures: a writer with limit 0 drops every byte.
+    writer_init(writer, 0, 0)
+    run_count = 0
+    default_k = 0x222222222
+    for row in range(height):
+        if repeats_row_above(tile, row):
+            mapped_rows[row % 2, :] = 0
+        else:
+            row_state_init(state, 0, default_k, 0)
+            run_count = encode_compact_row(tile, row, width, bits, out, writer, state, stats, runs, run_count,
+                                           mapped_rows)
+        row_run_starts[row + 1] = run_count
+    k_nibbles = initial_k_nibbles(stats, bits)
+    run_index = best_run_index(runs, row_run_starts, height)
+    # Pass 2 writes the rows after room for the largest prefix, then moves them down.
+    data_start = start + MAX_PREFIX_BYTES
+    limit = start + MAX_PREFIX_BYTES + raw_size
+    writer_init(writer, data_start, limit)
+    row_ends = np.empty(height + 1, np.int64)
+    row_ends[0] = data_start * 8
+    longest = 0
+    for row in range(height):
+        if repeats_row_above(tile, row):  # a zero row length says "copy the row above"
+            mapped_rows[row % 2, :] = 0
+        else:
+            row_state_init(state, 0, k_nibbles, run_index)
+            encode_compact_row(tile, row, width, bits, out, writer, state, stats, runs, 0, mapped_rows)
+        row_ends[row + 1] = writer[W_POS] * 8 + writer[W_NACC]
+        longest = max(longest, row_ends[row + 1] - row_ends[row])
+        if writer[W_POS] >= limit:
+            return encode_uncoded(tile, bits, out, start, -1)
+    data_end = writer_flush(out, writer)
+    length_bits = bit_length(longest)
+    prefix = HEADER_BYTES + (height * length_bits + 7) // 8
+    size = prefix + data_end - data_start
+    if data_end > limit or size >= raw_size:
+        return encode_uncoded(tile, bits, out, start, -1)
+    for i in range(data_end - data_start):
+        out[start + prefix + i] = out[data_start + i]
+    out[start] = KIND_CODED
+    out[start + 1] = run_index
+    for i in range(K_NIBBLE_BYTES):
+        out[start + 2 + i] = (k_nibbles >> (8 * i)) & 255
+    out[start + 2 + K_NIBBLE_BYTES] = length_bits
+    writer_init(writer, start + HEADER_BYTES, start + prefix)
+    for row in range(height):
+        put_bits(out, writer, row_ends[row + 1] - row_ends[row], length_bits)
+    writer_flush(out, writer)
+    return size
+
+
+@device
+def decode_compact_stream(buf, start, end, tile, bits):
+    """Decode a coded compact stream (its kind and size checked) into tile, row by row; returns its status."""
+    height, width = tile.shape
+    status, run_index, k_nibbles, length_bits, table_pos, pos = compact_stream_layout(buf, start, end, height)
+    if status != STATUS_OK:
+        return status
+    sums = np.empty(CONTEXTS, np.int64)
+    counts = np.empty(CONTEXTS, np.int64)
+    mapped_rows = np.zeros((2, width), np.int64)
+    for row in range(height):
+        row_end = pos + compact_row_length(buf, table_pos, length_bits, row)
+        if row_end > end * 8:
+            return STATUS_BAD_SIZE
+        if row_end == pos:  # a coded row takes at least one bit: zero means "copy the row above"
+            if row == 0:
+                return STATUS_CORRUPT
+            for col in range(width):
+                tile[row, col] = tile[row - 1, col]
+                mapped_rows[row % 2, col] = 0
+            continue
+        pos, error = decode_compact_row(buf, pos, tile, row, width, bits, k_nibbles, run_index, sums, counts,
+                                        mapped_rows)
+        if pos != row_end or error:
+            return STATUS_CORRUPT
+    if (pos + 7) // 8 != end:
+        return STATUS_BAD_SIZE
+    return STATUS_OK

@@ -10,10 +10,14 @@ group widths alone.
 
 import numpy as np
 
-from .bitio import PEEK_BITS, bit_length, peek_bits, put_bits, read_bits
+from .bitio import (
+    PEEK_BITS, W_POS, WRITER_STATE_SIZE, bit_length, peek_bits, put_bits, read_bits, writer_flush,
+    writer_init,
+)
 from .compact import med, unzigzag, zigzag
-from .format import STATUS_BAD_SIZE, STATUS_OK
+from .format import KIND_CODED, STATUS_BAD_HEADER, STATUS_BAD_SIZE, STATUS_OK
 from .jit import device
+from .streams import constant_value, encode_uncoded
 
 GROUP_SIZE = 16
 
@@ -118,3 +122,50 @@ def encode_fast_row(tile, row, width, bits, out, writer, field_writer, mapped):
         put_bits(out, field_writer, widest, width_field_bits(bits))
         for col in range(first, last):
             put_bits(out, writer, mapped[col], widest)
+
+
+@device
+def encode_fast_stream(tile, bits, out, start):
+    """Encode one tile-channel (2-D view) at out[start:]; returns the stream size (at most the raw
+    stream's)."""
+    height, width = tile.shape
+    raw_size = 1 + (bits // 8) * height * width
+    constant = constant_value(tile)
+    if constant >= 0:
+        return encode_uncoded(tile, bits, out, start, constant)
+    field_bytes = (height * groups_per_row(width) * width_field_bits(bits) + 7) // 8
+    data_start = start + 1 + field_bytes
+    limit = start + raw_size
+    fields = np.empty(WRITER_STATE_SIZE, np.int64)
+    writer = np.empty(WRITER_STATE_SIZE, np.int64)
+    writer_init(fields, start + 1, data_start)
+    writer_init(writer, data_start, limit)
+    mapped = np.empty(width, np.int64)
+    for row in range(height):
+        encode_fast_row(tile, row, width, bits, out, writer, fields, mapped)
+        if writer[W_POS] >= limit:
+            return encode_uncoded(tile, bits, out, start, -1)
+    writer_flush(out, fields)
+    data_end = writer_flush(out, writer)
+    if data_end >= limit:
+        return encode_uncoded(tile, bits, out, start, -1)
+    out[start] = KIND_CODED
+    return data_end - start
+
+
+@device
+def decode_fast_stream(buf, start, end, tile, bits):
+    """Decode a coded fast stream (its kind and size checked) into tile; returns its status."""
+    height, width = tile.shape
+    status, field_pos, row_fields, data_pos = fast_stream_layout(start, end, height, width, bits)
+    if status != STATUS_OK:
+        return status
+    for row in range(height):
+        data_pos = decode_fast_row(buf, field_pos + row * row_fields, data_pos, tile, row, width, bits)
+        if data_pos < 0:
+            return STATUS_BAD_HEADER
+        if data_pos > end * 8:
+            return STATUS_BAD_SIZE
+    if (data_pos + 7) // 8 != end:
+        return STATUS_BAD_SIZE
+    return STATUS_OK

@@ -119,6 +119,38 @@ def _flat_out(prepared, array, c_contiguous: bool):
     )
 
 
+def status_order(prepared: batching.Batch) -> np.ndarray:
+    """The batch item of each entry of launch_packed's status array (items grouped by launch)."""
+    return np.concatenate([launch.item_index for launch in prepared.launches])
+
+
+def launch_packed(prepared: batching.Batch, layout: batching.PackedLayout, buffer, out, status, /, *,
+                  backend: str = "cupy", stream=None) -> None:
+    """Launch every mode's kernel for a batch whose packed buffer (batch.write_packed) is on the device.
+
+    buffer, out: flat uint8 device arrays of the backend (CuPy or Numba); status: a zeroed int32
+    device array, one entry per item, filled in status_order(prepared). Nothing is copied or
+    synchronised here: the caller copies buffer in before and reads status after, once per batch.
+    """
+    data, starts, ends, tables = batching.packed_views(layout, prepared.launches, buffer)
+    first = 0
+    if backend == "numba":
+        from .kernels import numba_kernels
+
+        geometries = [numba_kernels.launch_geometry(launch) for launch in prepared.launches]  # may refuse
+        for launch, (items, tasks), (kernel, grid, block, shared, extra) in zip(prepared.launches, tables, geometries):
+            launch_status = status[first:first + len(launch.items)]
+            kernel[grid, block, stream, shared](data, starts, ends, items, tasks, *extra, out, launch_status)
+            first += len(launch.items)
+        return
+    from .kernels import cuda_c
+
+    for launch, (items, tasks) in zip(prepared.launches, tables):
+        launch_status = status[first:first + len(launch.items)]
+        cuda_c.launch(launch, data, starts, ends, out, launch_status, stream=stream, items=items, tasks=tasks)
+        first += len(launch.items)
+
+
 def _run_numba(prepared, out, stream):
     from numba import cuda
 
@@ -128,29 +160,23 @@ def _run_numba(prepared, out, stream):
         )
     from .kernels import numba_kernels
 
-    geometries = [numba_kernels.launch_geometry(launch) for launch in prepared.launches]  # may refuse the tiles
+    for launch in prepared.launches:
+        numba_kernels.launch_geometry(launch)  # refuses tiles it cannot stage before anything is allocated
     stream = stream if stream is not None else cuda.default_stream()
     if out is None:
         output = cuda.device_array(max(prepared.out_size, 1), np.uint8, stream=stream)
     else:
         out = _numba_device_array(out)
         output = _flat_out(prepared, out, out.is_c_contiguous())
-    pinned = cuda.pinned_array(prepared.data.shape, np.uint8)
-    pinned[:] = prepared.data
-    data = cuda.to_device(pinned, stream=stream)
-    starts = cuda.to_device(prepared.stream_starts, stream=stream)
-    ends = cuda.to_device(prepared.stream_ends, stream=stream)
-    launch_statuses = []
-    for launch, (kernel, grid, block, shared, extra) in zip(prepared.launches, geometries):
-        items = cuda.to_device(launch.items.view(np.int64).reshape(len(launch.items), -1), stream=stream)
-        tasks = cuda.to_device(launch.tasks.view(np.int64).reshape(len(launch.tasks), -1), stream=stream)
-        launch_status = cuda.to_device(np.zeros(len(launch.items), np.int32), stream=stream)
-        kernel[grid, block, stream, shared](data, starts, ends, items, tasks, *extra, output, launch_status)
-        launch_statuses.append(launch_status.copy_to_host(stream=stream))
-    stream.synchronize()  # the asynchronous copies above are valid from here on
+    layout = batching.packed_layout(prepared)
+    staging = cuda.pinned_array(max(layout.size, 1), np.uint8)
+    batching.write_packed(prepared, layout, staging)
+    buffer = cuda.to_device(staging, stream=stream)  # one copy: data and tables
+    status_device = cuda.to_device(np.zeros(len(prepared.infos), np.int32), stream=stream)
+    launch_packed(prepared, layout, buffer, output, status_device, backend="numba", stream=stream)
     status = np.zeros(len(prepared.infos), np.int32)
-    for launch, launch_status in zip(prepared.launches, launch_statuses):
-        status[launch.item_index] = launch_status
+    status[status_order(prepared)] = status_device.copy_to_host(stream=stream)
+    stream.synchronize()  # the asynchronous copy above is valid from here on
     return output, status
 
 
@@ -159,7 +185,6 @@ def _run_cupy(prepared, out, stream):
         import cupy
     except ImportError as error:
         raise RuntimeError("backend 'cupy' needs CuPy: pip install 'l3codec[gpu]'") from error
-    from .kernels import cuda_c
 
     stream = stream if stream is not None else cupy.cuda.get_current_stream()
     with stream:
@@ -168,16 +193,14 @@ def _run_cupy(prepared, out, stream):
         else:
             out = _cupy_device_array(out)
             output = _flat_out(prepared, out, out.flags.c_contiguous)
-        pinned = cupy.cuda.alloc_pinned_memory(prepared.data.nbytes)
-        staging = np.frombuffer(pinned, np.uint8, prepared.data.size)
-        staging[:] = prepared.data
-        data = cupy.empty(prepared.data.size, np.uint8)
-        data.set(staging, stream=stream)
-        starts = cupy.asarray(prepared.stream_starts)
-        ends = cupy.asarray(prepared.stream_ends)
+        layout = batching.packed_layout(prepared)
+        pinned = cupy.cuda.alloc_pinned_memory(max(layout.size, 1))
+        staging = np.frombuffer(pinned, np.uint8, layout.size)
+        batching.write_packed(prepared, layout, staging)
+        buffer = cupy.empty(max(layout.size, 1), np.uint8)
+        buffer[:layout.size].set(staging, stream=stream)  # one copy: data and tables
+        status_device = cupy.zeros(len(prepared.infos), np.int32)
+        launch_packed(prepared, layout, buffer, output, status_device, backend="cupy", stream=stream)
         status = np.zeros(len(prepared.infos), np.int32)
-        for launch in prepared.launches:
-            launch_status = cupy.zeros(len(launch.items), np.int32)
-            cuda_c.launch(launch, data, starts, ends, output, launch_status, stream=stream)
-            status[launch.item_index] = launch_status.get()
+        status[status_order(prepared)] = status_device.get(stream=stream)  # synchronises the stream
     return output, status

@@ -34,6 +34,8 @@ LOW_BITS_NOTE = "{bits}-bit grey scaled to 8-bit (0..255)"
 TRANSPARENT_COLOUR_NOTE = "transparent colour (tRNS) {outcome}"
 EXIF_NOTE = "EXIF orientation applied"
 
+_SIGNATURES = ((b"\x89PNG\r\n\x1a\n", "PNG"), (b"\xff\xd8", "JPEG"), (b"GIF8", "GIF"), (b"BM", "BMP"),
+               (b"II*\x00", "TIFF"), (b"MM\x00*", "TIFF"), (b"RIFF", "WebP"))
 _ORIENTATION = 0x0112  # the EXIF tag
 _KEPT_MODES = ("L", "LA", "RGB", "RGBA", "I;16", "I;16L", "I;16B")
 
@@ -98,12 +100,14 @@ def read(data: bytes, /, *, exif_transpose: bool = False) -> tuple:
             keyed = image.mode == "RGB" and "transparency" in image.info
     except UnreadableSource:
         raise
-    except Image.UnidentifiedImageError:
-        raise UnreadableSource("not an image format Pillow can read") from None
     except Image.DecompressionBombError as error:
         raise UnreadableSource(f"larger than L3's {MAX_PIXELS} pixels: {error}") from None
     except Exception as error:  # noqa: BLE001 - Pillow raises many types for bad files
-        raise UnreadableSource(f"cannot decode ({error})") from None
+        kind = _signature_format(data)
+        if kind is None:
+            raise UnreadableSource("not an image format Pillow can read") from None
+        reason = "Pillow cannot read it" if isinstance(error, Image.UnidentifiedImageError) else error
+        raise UnreadableSource(f"truncated or corrupt {kind} file ({reason})") from None
     if wide_colour:
         array = _orient(_opencv_16bit_colour(data), orientation if EXIF_NOTE in notes else 1)
         outcome = "made an alpha channel" if array.shape[2] == 4 else "dropped"
@@ -111,6 +115,14 @@ def read(data: bytes, /, *, exif_transpose: bool = False) -> tuple:
     elif rawmode.startswith(("L;2", "L;4")):  # Pillow scales these to 8 bits silently
         mode_notes.append(LOW_BITS_NOTE.format(bits=int(rawmode[2])))
     return array, notes + mode_notes
+
+
+def _signature_format(data: bytes) -> str | None:
+    """The format a file's first bytes announce, to name it when Pillow cannot read the rest."""
+    for signature, kind in _SIGNATURES:
+        if data.startswith(signature):
+            return kind
+    return None
 
 
 def _rawmode(image) -> str:

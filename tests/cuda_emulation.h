@@ -19,6 +19,18 @@
 //
 // The test shim defines the storage of the kernels' `extern __shared__` array with
 // CUDA_EMU_DYNAMIC_SHARED(name) and starts kernels with cuda_emu::launch.
+//
+// Global memory traffic: a build whose kernel units are compiled with g++ -fsanitize=thread
+// (--param=tsan-instrument-func-entry-exit=0) and whose (uninstrumented) shim says
+// CUDA_EMU_TRAFFIC_CALLBACKS() counts every load and store the kernels execute into the
+// memory regions registered with traffic_region (the arrays handed to the kernel). The
+// accesses are grouped into warp instructions as a GPU issues them: the k-th execution of
+// one machine instruction by the lanes of a warp between two rendezvous points of theirs is
+// one warp instruction. Per region and direction it counts lane accesses, bytes requested,
+// warp instructions and the distinct 32-byte sectors each instruction touches (offsets from
+// the region's start, which a GPU allocation aligns to 256), and for stores the sectors an
+// instruction writes whole. Register allocation is g++'s, so loads the GPU compiler keeps in
+// registers (kernel parameters, table fields) may be counted again: report them apart.
 #pragma once
 
 #if !defined(__CUDACC__) && !defined(__CUDACC_RTC__)
@@ -34,6 +46,9 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <tuple>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #define __global__
@@ -54,6 +69,10 @@ struct dim3 {
 };
 constexpr int warpSize = 32;
 
+// The emulator's own functions that kernel code calls: not counted as the kernels' traffic
+// or basic blocks (and faster in the counting builds).
+#define CUDA_EMU_UNCOUNTED __attribute__((no_sanitize_thread, no_sanitize_coverage))
+
 namespace cuda_emu {
 
 enum Order { FORWARD = 0, REVERSED = 1, SHUFFLED = 2 };
@@ -64,6 +83,7 @@ inline const char* const op_names[] = {"__syncthreads", "__syncthreads_or", "__s
                                        "__syncthreads_count", "__syncwarp", "__shfl_sync", "__shfl_up_sync",
                                        "__shfl_down_sync", "__shfl_xor_sync", "__ballot_sync"};
 constexpr size_t STACK_BYTES = 256 * 1024;
+constexpr int SITES = 256;  // distinct counted instructions a thread may run between two rendezvous
 constexpr size_t GUARD_BYTES = 4096;
 
 struct Thread {
@@ -82,6 +102,11 @@ struct Thread {
     int arg;  // source lane, delta, lane mask, or predicate
     int width;
     unsigned long long result;
+    // traffic: rendezvous passed, and how often each instruction ran since the last one
+    unsigned epoch;
+    int site_count;
+    uintptr_t site_pc[SITES];
+    unsigned site_runs[SITES];
 };
 
 struct Emulator {
@@ -105,26 +130,27 @@ struct Emulator {
     std::string error;
 };
 inline Emulator g_emu;
+inline void coverage_epoch_end(const Thread& t);
 
-inline std::string where(const Thread& t) {
+CUDA_EMU_UNCOUNTED inline std::string where(const Thread& t) {
     char text[160];
     snprintf(text, sizeof text, "thread (%u,%u,%u) of block %u", t.idx.x, t.idx.y, t.idx.z, g_emu.block_idx.x);
     return text;
 }
 
-inline std::string waiting(const Thread& t) {
+CUDA_EMU_UNCOUNTED inline std::string waiting(const Thread& t) {
     if (t.state == EXITED) return "has exited";
     char text[256];
     snprintf(text, sizeof text, "waits at %s (%s:%d, mask %08x)", op_names[t.op], t.file, t.line, t.mask);
     return text;
 }
 
-inline void fail(const std::string& message) {
+CUDA_EMU_UNCOUNTED inline void fail(const std::string& message) {
     if (!g_emu.failed) g_emu.error = message;
     g_emu.failed = true;
 }
 
-inline void make_ready(Thread& t) {
+CUDA_EMU_UNCOUNTED inline void make_ready(Thread& t) {
     t.state = READY;
     const int r = g_emu.rank[t.linear];
     g_emu.ready[r / 64] |= 1ull << (r % 64);
@@ -157,7 +183,10 @@ inline int pick() {
 
 inline void thread_entry() {
     g_emu.body(g_emu.body_arg);
-    g_emu.current->state = EXITED;
+    Thread& t = *g_emu.current;
+    g_emu.current = nullptr;  // from here on the emulator runs, not the kernel: nothing is counted
+    coverage_epoch_end(t);
+    t.state = EXITED;
     _longjmp(g_emu.scheduler, 1);
 }
 
@@ -176,12 +205,12 @@ inline void resume(Thread& t) {
     g_emu.current = nullptr;
 }
 
-inline bool same_rendezvous(const Thread& a, const Thread& b) {
+CUDA_EMU_UNCOUNTED inline bool same_rendezvous(const Thread& a, const Thread& b) {
     return a.op == b.op && a.line == b.line && a.mask == b.mask && strcmp(a.file, b.file) == 0;
 }
 
 // The warp operation t waits at completes once every lane its mask names waits at the same one.
-inline void complete_warp_op(Thread& t) {
+CUDA_EMU_UNCOUNTED inline void complete_warp_op(Thread& t) {
     const int warp = t.linear / 32;
     for (int l = 0; l < 32; ++l) {
         if (!((t.mask >> l) & 1)) continue;
@@ -219,7 +248,7 @@ inline void complete_warp_op(Thread& t) {
 }
 
 // Every thread waits at a barrier: release them if it is the same one.
-inline void release_barrier() {
+CUDA_EMU_UNCOUNTED inline void release_barrier() {
     const Thread& first = g_emu.threads[0];
     for (const Thread& t : g_emu.threads) {
         if (!same_rendezvous(t, first)) {
@@ -243,10 +272,11 @@ inline void release_barrier() {
 }
 
 // A thread arrives at a rendezvous; returns the rendezvous' result for it.
-inline unsigned long long arrive(Op op, const char* file, int line, unsigned mask, unsigned long long value,
+CUDA_EMU_UNCOUNTED inline unsigned long long arrive(Op op, const char* file, int line, unsigned mask, unsigned long long value,
                                  int arg, int width) {
     Emulator& e = g_emu;
     Thread& t = *e.current;
+    e.current = nullptr;  // the emulator's code is not counted as the kernel's; resume sets it again
     t.op = op;
     t.file = file;
     t.line = line;
@@ -254,6 +284,9 @@ inline unsigned long long arrive(Op op, const char* file, int line, unsigned mas
     t.value = value;
     t.arg = arg;
     t.width = width;
+    coverage_epoch_end(t);
+    ++t.epoch;  // a new group of warp instructions starts after a rendezvous
+    t.site_count = 0;
     if (op <= SYNCTHREADS_COUNT) {
         t.state = AT_BARRIER;
         if (++e.at_barrier == (int)e.threads.size()) release_barrier();
@@ -276,7 +309,7 @@ inline unsigned long long arrive(Op op, const char* file, int line, unsigned mas
 }
 
 // No thread can run and some have not exited: say why.
-inline void diagnose() {
+CUDA_EMU_UNCOUNTED inline void diagnose() {
     for (const Thread& t : g_emu.threads) {
         if (t.state != AT_WARP_OP) continue;
         for (int l = 0; l < 32; ++l) {
@@ -299,6 +332,167 @@ inline void diagnose() {
         }
     }
     fail("deadlock: no thread can run");
+}
+
+
+// ---------------------------------------------------------------- global memory traffic
+
+enum { TRAFFIC_REGIONS = 8, SECTOR_BYTES = 32 };
+
+struct TrafficCount {
+    unsigned long long lane_accesses, bytes, instructions, sectors, full_sectors;
+};
+
+// One lane's access to one sector: grouped into warp instructions at the end of each block.
+struct SectorAccess {
+    unsigned warp, epoch;
+    uintptr_t pc;
+    unsigned run;  // the k-th execution of pc by this lane since its last rendezvous
+    unsigned char region, write;
+    unsigned long long sector;
+    unsigned bytes;  // bit i: byte i of the sector
+};
+
+struct Traffic {
+    bool enabled = false;
+    uintptr_t base[TRAFFIC_REGIONS] = {}, size[TRAFFIC_REGIONS] = {};
+    TrafficCount count[TRAFFIC_REGIONS][2] = {};  // [region][write]
+    std::vector<SectorAccess> pending;  // the current block's
+};
+inline Traffic g_traffic;
+
+inline void traffic_region(int region, const void* base, size_t size) {
+    if (region < 0 || region >= TRAFFIC_REGIONS) return;
+    g_traffic.base[region] = reinterpret_cast<uintptr_t>(base);
+    g_traffic.size[region] = size;
+}
+
+// Count from now on, from zero (the regions stay registered).
+inline void traffic_start() {
+    Traffic& tr = g_traffic;
+    for (auto& region : tr.count) region[0] = region[1] = TrafficCount{};
+    tr.pending.clear();
+    tr.enabled = true;
+}
+
+inline void traffic_stop() { g_traffic.enabled = false; }
+
+// How often thread t ran instruction pc since its last rendezvous (then one more), or -1.
+CUDA_EMU_UNCOUNTED inline int next_run(Thread& t, uintptr_t pc) {
+    int site = 0;
+    while (site < t.site_count && t.site_pc[site] != pc) ++site;
+    if (site == t.site_count) {
+        if (site == SITES) {
+            fail(where(t) + ": more than " + std::to_string(SITES) + " counted instructions between two rendezvous");
+            return -1;
+        }
+        t.site_pc[site] = pc;
+        t.site_runs[site] = 0;
+        ++t.site_count;
+    }
+    return (int)t.site_runs[site]++;
+}
+
+// A kernel thread accessed size bytes at address from instruction pc.
+CUDA_EMU_UNCOUNTED inline void traffic_access(uintptr_t address, unsigned size, bool write, uintptr_t pc) {
+    Traffic& tr = g_traffic;
+    Thread* t = g_emu.current;
+    if (!tr.enabled || t == nullptr) return;
+    int region = 0;
+    while (region < TRAFFIC_REGIONS && address - tr.base[region] >= tr.size[region]) ++region;
+    if (region == TRAFFIC_REGIONS) return;  // stack, shared memory or the emulator's own
+    const int run = next_run(*t, pc);
+    if (run < 0) return;
+    TrafficCount& c = tr.count[region][write];
+    c.lane_accesses += 1;
+    c.bytes += size;
+    const uintptr_t offset = address - tr.base[region];
+    for (uintptr_t sector = offset / SECTOR_BYTES; sector <= (offset + size - 1) / SECTOR_BYTES; ++sector) {
+        const uintptr_t start = sector * SECTOR_BYTES;
+        const uintptr_t lo = std::max<uintptr_t>(offset, start) - start;
+        const uintptr_t hi = std::min<uintptr_t>(offset + size, start + SECTOR_BYTES) - start;
+        const unsigned bytes = (unsigned)(((1ull << hi) - 1) & ~((1ull << lo) - 1));
+        tr.pending.push_back({(unsigned)t->linear / 32, t->epoch, pc, (unsigned)run, (unsigned char)region,
+                              (unsigned char)write, sector, bytes});
+    }
+}
+
+// Group the block's accesses into warp instructions and their distinct sectors.
+inline void traffic_flush() {
+    std::vector<SectorAccess>& p = g_traffic.pending;
+    auto instruction = [](const SectorAccess& a) {
+        return std::make_tuple(a.warp, a.epoch, a.pc, a.run, a.region, a.write);
+    };
+    std::sort(p.begin(), p.end(), [&](const SectorAccess& a, const SectorAccess& b) {
+        return std::make_pair(instruction(a), a.sector) < std::make_pair(instruction(b), b.sector);
+    });
+    for (size_t i = 0; i < p.size();) {
+        const auto current = instruction(p[i]);
+        TrafficCount& c = g_traffic.count[p[i].region][p[i].write];
+        c.instructions += 1;
+        while (i < p.size() && instruction(p[i]) == current) {
+            const unsigned long long sector = p[i].sector;
+            unsigned bytes = 0;
+            for (; i < p.size() && instruction(p[i]) == current && p[i].sector == sector; ++i)
+                bytes |= p[i].bytes;
+            c.sectors += 1;
+            c.full_sectors += bytes == 0xffffffffu;
+        }
+    }
+    p.clear();
+}
+
+
+// ---------------------------------------------------------------- warp-level code coverage
+
+// A build whose kernel units are compiled with g++ -fsanitize-coverage=trace-pc, and whose
+// shim says CUDA_EMU_COVERAGE_CALLBACK(), counts how often each basic block of the kernels
+// runs as a warp: the k-th run of a block by the lanes of a warp between two of their
+// rendezvous points is one warp execution, as a GPU issues a divergent warp's paths one
+// after another. Keyed by the return address of the block's callback. (Traffic and
+// coverage share the per-thread run counts: count one of them per launch.)
+struct CoverageKey {
+    unsigned warp, epoch;
+    uintptr_t pc;
+    bool operator==(const CoverageKey& o) const { return warp == o.warp && epoch == o.epoch && pc == o.pc; }
+};
+struct CoverageKeyHash {
+    size_t operator()(const CoverageKey& k) const {
+        return std::hash<uintptr_t>()(k.pc ^ ((uintptr_t)k.epoch << 24) ^ ((uintptr_t)k.warp << 54));
+    }
+};
+struct Coverage {
+    bool enabled = false;
+    std::unordered_map<uintptr_t, unsigned long long> warp_runs;  // pc -> warp executions
+    // the current block's: most runs of pc by one lane of a warp between two rendezvous
+    std::unordered_map<CoverageKey, unsigned, CoverageKeyHash> most_runs;
+};
+inline Coverage g_coverage;
+
+inline void coverage_start() {
+    g_coverage.warp_runs.clear();
+    g_coverage.most_runs.clear();
+    g_coverage.enabled = true;
+}
+
+inline void coverage_stop() { g_coverage.enabled = false; }
+
+CUDA_EMU_UNCOUNTED inline void coverage_visit(uintptr_t pc) {
+    if (g_coverage.enabled && g_emu.current != nullptr) next_run(*g_emu.current, pc);
+}
+
+// Thread t reaches a rendezvous or exits: a warp runs a block as often as its busiest lane.
+CUDA_EMU_UNCOUNTED inline void coverage_epoch_end(const Thread& t) {
+    if (!g_coverage.enabled) return;
+    for (int site = 0; site < t.site_count; ++site) {
+        unsigned& most = g_coverage.most_runs[{(unsigned)t.linear / 32, t.epoch, t.site_pc[site]}];
+        most = std::max(most, t.site_runs[site]);
+    }
+}
+
+inline void coverage_flush() {
+    for (const auto& [key, runs] : g_coverage.most_runs) g_coverage.warp_runs[key.pc] += runs;
+    g_coverage.most_runs.clear();
 }
 
 inline int run_block() {
@@ -377,6 +571,8 @@ int launch(dim3 grid, dim3 block, size_t shared_bytes, int order, unsigned seed,
             make_ready(t);
         }
         if (run_block() != 0) return -1;
+        traffic_flush();
+        coverage_flush();
     }
     return 0;
 }
@@ -393,7 +589,7 @@ struct SharedRegistration {
 // ---------------------------------------------------------------- intrinsics
 
 template <typename V>
-inline V shuffle(Op op, const char* file, int line, unsigned mask, V value, int arg, int width = 32) {
+CUDA_EMU_UNCOUNTED inline V shuffle(Op op, const char* file, int line, unsigned mask, V value, int arg, int width = 32) {
     static_assert(sizeof(V) == 4 || sizeof(V) == 8, "shuffles move 4- or 8-byte values");
     unsigned long long bits = 0;
     memcpy(&bits, &value, sizeof(V));
@@ -433,7 +629,7 @@ namespace cuda_emu {
 struct SyncWarp {  // __syncwarp() and __syncwarp(mask) with the call site
     const char* file;
     int line;
-    void operator()(unsigned mask = 0xffffffffu) const { arrive(SYNCWARP, file, line, mask, 0, 0, 32); }
+    CUDA_EMU_UNCOUNTED void operator()(unsigned mask = 0xffffffffu) const { arrive(SYNCWARP, file, line, mask, 0, 0, 32); }
 };
 }  // namespace cuda_emu
 #define __syncwarp(...) (cuda_emu::SyncWarp{__FILE__, __LINE__}(__VA_ARGS__))
@@ -470,5 +666,43 @@ template <typename V>
 inline V __ldg(const V* p) { return *p; }
 inline void __threadfence() {}
 inline void __threadfence_block() {}
+
+// The callbacks g++ -fsanitize=thread puts before every load and store of an instrumented
+// unit (no TSan runtime is linked): say this once, in a unit compiled WITHOUT the flag.
+#define CUDA_EMU_TRAFFIC_ACCESS(kind, size, write)                                                 \
+    extern "C" void __tsan_##kind##size(void* address) {                                          \
+        cuda_emu::traffic_access(reinterpret_cast<uintptr_t>(address), size, write,                 \
+                                 reinterpret_cast<uintptr_t>(__builtin_return_address(0)));         \
+    }                                                                                               \
+    extern "C" void __tsan_unaligned_##kind##size(void* address) { __tsan_##kind##size(address); }
+#define CUDA_EMU_TRAFFIC_CALLBACKS()                                                               \
+    extern "C" void __tsan_init() {}                                                               \
+    CUDA_EMU_TRAFFIC_ACCESS(read, 1, false)                                                        \
+    CUDA_EMU_TRAFFIC_ACCESS(read, 2, false)                                                        \
+    CUDA_EMU_TRAFFIC_ACCESS(read, 4, false)                                                        \
+    CUDA_EMU_TRAFFIC_ACCESS(read, 8, false)                                                        \
+    CUDA_EMU_TRAFFIC_ACCESS(read, 16, false)                                                       \
+    CUDA_EMU_TRAFFIC_ACCESS(write, 1, true)                                                        \
+    CUDA_EMU_TRAFFIC_ACCESS(write, 2, true)                                                        \
+    CUDA_EMU_TRAFFIC_ACCESS(write, 4, true)                                                        \
+    CUDA_EMU_TRAFFIC_ACCESS(write, 8, true)                                                        \
+    CUDA_EMU_TRAFFIC_ACCESS(write, 16, true)                                                       \
+    /* a struct copy: one access of its size */                                                    \
+    extern "C" void __tsan_read_range(void* address, unsigned long size) {                         \
+        cuda_emu::traffic_access(reinterpret_cast<uintptr_t>(address), (unsigned)size, false,       \
+                                 reinterpret_cast<uintptr_t>(__builtin_return_address(0)));         \
+    }                                                                                               \
+    extern "C" void __tsan_write_range(void* address, unsigned long size) {                        \
+        cuda_emu::traffic_access(reinterpret_cast<uintptr_t>(address), (unsigned)size, true,        \
+                                 reinterpret_cast<uintptr_t>(__builtin_return_address(0)));         \
+    }                                                                                               \
+    static_assert(true, "")
+
+// The callback g++ -fsanitize-coverage=trace-pc puts at the start of every basic block.
+#define CUDA_EMU_COVERAGE_CALLBACK()                                                               \
+    extern "C" void __sanitizer_cov_trace_pc() {                                                   \
+        cuda_emu::coverage_visit(reinterpret_cast<uintptr_t>(__builtin_return_address(0)));        \
+    }                                                                                               \
+    static_assert(true, "")
 
 #endif  // !__CUDACC__ && !__CUDACC_RTC__

@@ -2,7 +2,9 @@
 
 decode_batch_emulated() prepares a batch with l3codec.batch.prepare (so the kernels get
 exactly the tables a GPU gets), runs every launch through the emulator and returns the
-per-item images and statuses. Libraries are cached in a directory keyed by the hash of
+per-item images and statuses; given a Traffic, it also counts the kernels' global memory
+accesses per warp instruction (a build with g++'s -fsanitize=thread hooks, see
+tests/cuda_emulation.h). Libraries are cached in a directory keyed by the hash of
 every source, header and flag ($L3_EMULATION_CACHE, default <tmp>/l3codec-emulation).
 Needs g++ (or $CXX) and Linux (ucontext, mmap guard pages).
 """
@@ -35,6 +37,11 @@ CXXFLAGS = (
     "-Wno-unused-function",
     "-Wno-unknown-pragmas",
 )
+# the kernel units of a traffic build: every load and store calls the header's counters
+TRAFFIC_FLAGS = ("-fsanitize=thread", "--param=tsan-instrument-func-entry-exit=0")
+# the kernel units of a coverage build: every basic block calls the header's counter; -g maps them to lines
+COVERAGE_FLAGS = ("-g", "-fsanitize-coverage=trace-pc")
+BUILD_FLAGS = {"plain": (), "traffic": TRAFFIC_FLAGS, "coverage": COVERAGE_FLAGS}
 ORDERS = {"forward": 0, "reversed": 1, "shuffled": 2}
 KERNEL_INDEX = {key: i for i, key in enumerate(sorted(cuda_c.KERNELS))}
 CANARY = 0xCD
@@ -49,13 +56,15 @@ def cache_dir() -> Path:
     return Path(os.environ.get("L3_EMULATION_CACHE", Path(tempfile.gettempdir()) / "l3codec-emulation"))
 
 
-def build_library(name: str, sources, generated=None) -> ctypes.CDLL:
+def build_library(name: str, sources, generated=None, *, kernel_flags=()) -> ctypes.CDLL:
     """Compile C++/CUDA sources (paths) plus generated sources ({filename: text}) into a shared
-    library with the emulation header forced in, and load it; cached by content hash."""
+    library with the emulation header forced in, and load it; cached by content hash.
+    kernel_flags are added for the .cu units only (TRAFFIC_FLAGS: not for the shim, whose
+    emulator code must not count itself)."""
     sources = [Path(p) for p in sources]
     generated = dict(generated or {})
     digest = hashlib.sha256()
-    for part in (CXX, *CXXFLAGS, EMULATION_HEADER.read_text(), name):
+    for part in (CXX, *CXXFLAGS, *kernel_flags, EMULATION_HEADER.read_text(), name):
         digest.update(part.encode())
     for path in sources:
         digest.update(path.name.encode() + path.read_bytes())
@@ -78,6 +87,7 @@ def build_library(name: str, sources, generated=None) -> ctypes.CDLL:
             command = [
                 CXX,
                 *CXXFLAGS,
+                *(kernel_flags if unit.suffix == ".cu" else ()),
                 "-include",
                 str(EMULATION_HEADER),
                 f"-I{KERNEL_DIR}",
@@ -109,6 +119,8 @@ _SHIM = r"""
 #include "l3_common.cuh"
 
 CUDA_EMU_DYNAMIC_SHARED(l3_shared_memory);
+CUDA_EMU_TRAFFIC_CALLBACKS();
+CUDA_EMU_COVERAGE_CALLBACK();
 
 #define L3_KERNEL_PARAMETERS const unsigned char*, long long, const long long*, const long long*, \
     const L3Item*, const L3Task*, long long, unsigned char*, int*
@@ -129,7 +141,7 @@ extern "C" int l3emu_launch(int kernel, long long grid, int bx, int by, int bz, 
 }
 
 extern "C" const char* l3emu_last_error() { return cuda_emu::last_error(); }
-
+%(traffic_exports)s
 // field < 0: the struct size; else the byte offset of field number `field`
 extern "C" long long l3emu_item_layout(int field) {
     static const long long offsets[] = {
@@ -175,17 +187,129 @@ ITEM_FIELDS = (
 )
 TASK_FIELDS = ("item", "tile_y", "tile_x")
 
-_library = None
+TRAFFIC_EXPORTS = r"""
+#include <dlfcn.h>
+// global memory traffic (counted in a build whose kernel units have TRAFFIC_FLAGS)
+extern "C" void l3emu_traffic_region(int region, const void* base, long long size) {
+    cuda_emu::traffic_region(region, base, (size_t)size);
+}
+extern "C" void l3emu_traffic_start() { cuda_emu::traffic_start(); }
+extern "C" void l3emu_traffic_stop() { cuda_emu::traffic_stop(); }
+// lane accesses, bytes, warp instructions, sectors, full sectors of one region and direction
+extern "C" void l3emu_traffic_count(int region, int write, unsigned long long* count) {
+    const cuda_emu::TrafficCount& c = cuda_emu::g_traffic.count[region][write != 0];
+    const unsigned long long values[] = {c.lane_accesses, c.bytes, c.instructions, c.sectors, c.full_sectors};
+    for (int i = 0; i < 5; ++i) count[i] = values[i];
+}
+
+// warp executions of the kernels' basic blocks (counted in a build whose kernel units have COVERAGE_FLAGS)
+extern "C" void l3emu_coverage_start() { cuda_emu::coverage_start(); }
+extern "C" void l3emu_coverage_stop() { cuda_emu::coverage_stop(); }
+extern "C" long long l3emu_coverage_size() { return (long long)cuda_emu::g_coverage.warp_runs.size(); }
+// the blocks' callback return addresses as offsets into the library file's mapping, and their counts
+extern "C" void l3emu_coverage_read(unsigned long long* offsets, unsigned long long* counts) {
+    Dl_info info;
+    dladdr(reinterpret_cast<void*>(&l3emu_coverage_read), &info);
+    long long i = 0;
+    for (const auto& [pc, runs] : cuda_emu::g_coverage.warp_runs) {
+        offsets[i] = pc - reinterpret_cast<uintptr_t>(info.dli_fbase);
+        counts[i++] = runs;
+    }
+}
+"""
+
+# the arrays handed to the kernels, in the order of their traffic region numbers
+TRAFFIC_REGIONS = ("data", "stream_starts", "stream_ends", "items", "tasks", "out", "status")
 
 
-def kernel_library() -> ctypes.CDLL:
-    """The emulated l3codec kernels (built on first use)."""
-    global _library
-    if _library is None:
+def bind_traffic(lib: ctypes.CDLL) -> None:
+    """Declare the TRAFFIC_EXPORTS functions of a library built with them."""
+    ptr = ctypes.c_void_p
+    lib.l3emu_traffic_region.argtypes = [ctypes.c_int, ptr, ctypes.c_longlong]
+    lib.l3emu_traffic_count.argtypes = [ctypes.c_int, ctypes.c_int, ptr]
+    lib.l3emu_coverage_size.restype = ctypes.c_longlong
+    lib.l3emu_coverage_read.argtypes = [ptr, ptr]
+    for function in (
+        lib.l3emu_traffic_region,
+        lib.l3emu_traffic_start,
+        lib.l3emu_traffic_stop,
+        lib.l3emu_coverage_start,
+        lib.l3emu_coverage_stop,
+        lib.l3emu_coverage_read,
+    ):
+        function.restype = None
+
+
+class Traffic:
+    """Global memory traffic of emulated launches, added up over the launches it is given to.
+
+    counts[(region, write)] is a numpy array of COUNT_FIELDS for the regions of
+    TRAFFIC_REGIONS: what the lanes asked for (accesses, bytes), the warp instructions they
+    issued, the distinct 32-byte sectors those touched, and the sectors an instruction wrote
+    whole (stores only).
+    """
+
+    COUNT_FIELDS = ("lane_accesses", "bytes", "instructions", "sectors", "full_sectors")
+
+    def __init__(self):
+        self.counts = {
+            (region, write): np.zeros(len(self.COUNT_FIELDS), np.uint64)
+            for region in TRAFFIC_REGIONS
+            for write in (False, True)
+        }
+
+    def get(self, region: str, write: bool, field: str) -> int:
+        return int(self.counts[(region, write)][self.COUNT_FIELDS.index(field)])
+
+    def add_from(self, lib: ctypes.CDLL) -> None:
+        """Add the counts of the library's last traffic_start .. traffic_stop."""
+        buffer = np.zeros(len(self.COUNT_FIELDS), np.uint64)
+        for index, region in enumerate(TRAFFIC_REGIONS):
+            for write in (False, True):
+                lib.l3emu_traffic_count(index, int(write), _pointer(buffer))
+                self.counts[(region, write)] += buffer
+
+
+class WarpCoverage:
+    """Warp executions of the emulated kernels' basic blocks, added up over launches.
+
+    runs[offset]: how often warps ran the block whose coverage callback returns to `offset`
+    in library_path (the coverage build's shared library, to map offsets to source lines).
+    """
+
+    def __init__(self):
+        self.runs = {}
+        self.library_path = None
+
+    def add_from(self, lib: ctypes.CDLL) -> None:
+        size = lib.l3emu_coverage_size()
+        offsets, counts = np.zeros(size, np.uint64), np.zeros(size, np.uint64)
+        lib.l3emu_coverage_read(_pointer(offsets), _pointer(counts))
+        for offset, count in zip(offsets.tolist(), counts.tolist()):
+            self.runs[offset] = self.runs.get(offset, 0) + count
+        self.library_path = lib._name
+
+
+_libraries = {}
+
+
+def kernel_library(build: str = "plain") -> ctypes.CDLL:
+    """The emulated l3codec kernels (built on first use). build: "plain", "traffic" (counts
+    global memory accesses) or "coverage" (counts basic blocks run per warp); both slower."""
+    if build not in _libraries:
         names = [cuda_c.KERNELS[key][1] for key in sorted(cuda_c.KERNELS)]
         declarations = "\n".join(f'extern "C" void {name}(L3_KERNEL_PARAMETERS);' for name in names)
-        shim = _SHIM % {"declarations": declarations, "kernels": ", ".join(names)}
-        lib = build_library("l3kernels", [KERNEL_DIR / name for name in cuda_c.SOURCES], {"shim.cpp": shim})
+        shim = _SHIM % {
+            "declarations": declarations,
+            "kernels": ", ".join(names),
+            "traffic_exports": TRAFFIC_EXPORTS,
+        }
+        lib = build_library(
+            "l3kernels" if build == "plain" else f"l3kernels-{build}",
+            [KERNEL_DIR / name for name in cuda_c.SOURCES],
+            {"shim.cpp": shim},
+            kernel_flags=BUILD_FLAGS[build],
+        )
         i64, i32, ptr = ctypes.c_longlong, ctypes.c_int, ctypes.c_void_p
         lib.l3emu_launch.restype = i32
         lib.l3emu_launch.argtypes = [
@@ -214,8 +338,9 @@ def kernel_library() -> ctypes.CDLL:
         lib.l3emu_compact_shared_bytes.argtypes = [i64, i64, i64]
         lib.l3emu_fast_shared_bytes.restype = i64
         lib.l3emu_fast_shared_bytes.argtypes = [i64, i64, i64, i64]
-        _library = lib
-    return _library
+        bind_traffic(lib)
+        _libraries[build] = lib
+    return _libraries[build]
 
 
 def _pointer(array: np.ndarray) -> int:
@@ -254,7 +379,15 @@ class GuardedBuffer:
 
 
 def decode_batch_emulated(
-    items, regions=None, order: str = "forward", seed: int = 0, *, guard: str = "aligned", block=None
+    items,
+    regions=None,
+    order: str = "forward",
+    seed: int = 0,
+    *,
+    guard: str = "aligned",
+    block=None,
+    traffic: Traffic | None = None,
+    coverage: WarpCoverage | None = None,
 ):
     """Decode L3 files with the emulated CUDA C kernels.
 
@@ -264,9 +397,13 @@ def decode_batch_emulated(
     shuffle, and AssertionError when a kernel wrote outside the items' output regions. The
     input bytes end at an inaccessible page (see GuardedBuffer for `guard`), so a read past
     data_size faults. block overrides cuda_c.block_shape (to test the kernels' launch checks).
+    traffic: add the launches' global memory traffic to it (runs the traffic build);
+    coverage: add the warp executions of the kernels' basic blocks (runs the coverage build).
     """
+    if traffic is not None and coverage is not None:
+        raise ValueError("count traffic or coverage, not both at once")
     batch = l3batch.prepare(items, regions)
-    lib = kernel_library()
+    lib = kernel_library("traffic" if traffic is not None else "coverage" if coverage is not None else "plain")
     data = GuardedBuffer(batch.data, guard)
     starts, ends = batch.stream_starts + data.shift, batch.stream_ends + data.shift
     out = np.full(batch.out_size + CANARY_BYTES, CANARY, np.uint8)
@@ -276,6 +413,13 @@ def decode_batch_emulated(
         table_tasks = np.ascontiguousarray(launch.tasks)
         launch_status = np.zeros(len(table_items), np.int32)
         shape = cuda_c.block_shape(launch) if block is None else block
+        arrays = (data.array, starts, ends, table_items, table_tasks, out, launch_status)
+        for index, array in enumerate(arrays):  # in TRAFFIC_REGIONS order
+            lib.l3emu_traffic_region(index, _pointer(array), array.nbytes)
+        if traffic is not None:
+            lib.l3emu_traffic_start()
+        if coverage is not None:
+            lib.l3emu_coverage_start()
         result = lib.l3emu_launch(
             KERNEL_INDEX[launch.mode],
             len(table_tasks),
@@ -293,6 +437,12 @@ def decode_batch_emulated(
             _pointer(out),
             _pointer(launch_status),
         )
+        if traffic is not None:
+            lib.l3emu_traffic_stop()
+            traffic.add_from(lib)
+        if coverage is not None:
+            lib.l3emu_coverage_stop()
+            coverage.add_from(lib)
         if result != 0:
             raise EmulationError(f"{cuda_c.kernel_name(launch)}: {lib.l3emu_last_error().decode()}")
         status[launch.item_index] = launch_status

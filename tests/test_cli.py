@@ -338,7 +338,7 @@ def test_truncated_source_is_refused_not_filled(tmp_path, capsys, name, channels
     source.write_bytes(data[: len(data) * 2 // 3])
     assert main(["encode", str(source)]) == 1
     err = capsys.readouterr().err.splitlines()
-    assert len(err) == 1 and err[0].startswith(f"l3: {source}: cannot decode (image file is truncated")
+    assert len(err) == 1 and err[0].startswith(f"l3: {source}: truncated or corrupt {source.suffix[1:].replace('jpg', 'JPEG').upper()} file (image file is truncated")
     assert not source.with_suffix(".l3").exists()
 
 
@@ -364,3 +364,44 @@ def test_transparent_colour_bmp_palette_and_grey_jpeg(tmp_path, capsys):
     assert keyed.shape == (H, W, 4) and keyed[0, 0, 3] == 0
     np.testing.assert_array_equal(keyed[:, :, :3], rgb)
     assert l3codec.imread(tmp_path / "grey.l3").shape == (H, W)
+
+
+def test_a_damaged_source_is_one_line_naming_its_format(tmp_path, capfd):
+    # capfd, not capsys: OpenCV's own log lines go to file descriptor 2, past sys.stderr
+    png = tmp_path / "rgb.png"
+    write_png(png, make_image("noise", H, W, 3, np.uint8))
+    (tmp_path / "half.png").write_bytes(png.read_bytes()[:60])
+    (tmp_path / "ifd.tif").write_bytes(b"II*\x00\x08\x00\x00\x00\xff\xff" + bytes(5))  # 65535 tags in 7 bytes
+    (tmp_path / "text.png").write_bytes(b"not an image at all\n")
+    names = ["half.png", "ifd.tif", "text.png"]
+    assert main(["encode", *(str(tmp_path / n) for n in names)]) == 1
+    assert capfd.readouterr().err.splitlines() == [
+        f"l3: {tmp_path / 'half.png'}: truncated or corrupt PNG file (image file is truncated)",
+        f"l3: {tmp_path / 'ifd.tif'}: truncated or corrupt TIFF file (Pillow cannot read it)",
+        f"l3: {tmp_path / 'text.png'}: not an image format Pillow can read",
+    ]
+    assert not list(tmp_path.glob("*.l3"))
+
+
+def test_a_chunk_name_inside_png_text_is_not_a_transparent_colour(tmp_path, capsys):
+    from PIL import PngImagePlugin
+
+    text = PngImagePlugin.PngInfo()
+    text.add_text("Comment", "this image has no tRNS chunk")
+    image = make_image("noise", H, W, 3, np.uint8)
+    Image.fromarray(image).save(tmp_path / "rgb.png", pnginfo=text)
+    assert main(["encode", str(tmp_path / "rgb.png")]) == 0
+    assert capsys.readouterr().err == ""
+    np.testing.assert_array_equal(l3codec.imread(tmp_path / "rgb.l3"), image)
+
+
+def test_an_os2_palette_bmp_is_noted(tmp_path, capsys):
+    """A BMP with the 12-byte OS/2 header keeps its bit count at offset 24, not 28."""
+    palette = bytes([0, 0, 0, 255, 255, 255]) + bytes(3 * 254)  # 3-byte BGR entries
+    rows = bytes([0, 1, 1, 0]) * 2  # 2x2, rows padded to 4 bytes
+    offset = 14 + 12 + len(palette)
+    data = (b"BM" + (offset + len(rows)).to_bytes(4, "little") + bytes(4) + offset.to_bytes(4, "little")
+            + bytes([12, 0, 0, 0, 2, 0, 2, 0, 1, 0, 8, 0]) + palette + rows)
+    (tmp_path / "os2.bmp").write_bytes(data)
+    assert main(["encode", str(tmp_path / "os2.bmp")]) == 0
+    assert "note: palette expanded to" in capsys.readouterr().err

@@ -666,9 +666,12 @@ def test_compiled_source_holds_every_header(tmp_path, monkeypatch):
         assert text.count("struct L3Item {") == 1
     header = tmp_path / "l3_common.cuh"
     header.write_text(header.read_text().replace("RESET_COUNT = 64", "RESET_COUNT = 32"))
+    commented = tmp_path / "compact.cu"  # an include with a trailing comment is inlined too
+    commented.write_text(commented.read_text().replace('"l3_common.cuh"', '"l3_common.cuh"  // shared'))
     for name in cuda_c.SOURCES:
         after = cuda_c.source_text(name)
         assert after != before[name] and "RESET_COUNT = 32" in after
+        assert not re.search(r"#\s*include", after)
         cuda_c.load_module(name)
         assert _FakeCupy.RawModule.compiled[-1] == after  # what CuPy compiles and keys
 

@@ -177,3 +177,27 @@ def test_unknown_backend_is_refused():
 
     with pytest.raises(l3codec.L3Error, match="backend"):
         gpu.decode_batch(encoded_images()[1][0], backend="opencl")
+
+
+def test_kernel_cache_degrades_to_no_cache_if_numba_cuda_internals_change(monkeypatch):
+    """cached_on_content patches numba-cuda's private cache classes: without them, the kernel is
+    still built (uncached, with a warning) rather than the import failing or a stale cache used."""
+    from numba import config
+    from numba.cuda.core.caching import CacheImpl
+
+    from l3codec.kernels import numba_kernels
+
+    def kernel(out):
+        out[0] = 1
+
+    monkeypatch.setattr(config, "ENABLE_CUDASIM", 0)
+    monkeypatch.delattr(CacheImpl, "_locator_classes")
+    numba_kernels._content_keyed_cache_class.cache_clear()
+    try:
+        uncached = numba_kernels.cuda.jit(kernel)
+        default_cache = uncached._cache  # numba-cuda's no-op cache
+        with pytest.warns(RuntimeWarning, match="cache internals have changed .*compiled in every process"):
+            assert numba_kernels.cached_on_content(uncached) is uncached
+        assert uncached._cache is default_cache
+    finally:
+        numba_kernels._content_keyed_cache_class.cache_clear()

@@ -1,0 +1,109 @@
+"""compact's two decoder forms agree: the CPU's row decoder (compact.decode_compact_row, compiled)
+and the per-sample step function a GPU lane runs (compact.decode_sample, here uncompiled, driven
+row by row) give the same pixels and the same status, on valid and on damaged streams."""
+
+import numpy as np
+import pytest
+
+import l3codec
+from images import make_image
+from l3codec import compact, cpu, streams
+from l3codec import format as fmt
+
+
+def step_decode_stream(buf, start, end, tile, bits):
+    """A stream decoded with decode_sample, one sample at a time, as the Numba kernel's lanes do."""
+    status, coded = streams.decode_uncoded(buf, start, end, tile, bits)
+    if not coded:
+        return status
+    height, width = tile.shape
+    layout = compact.compact_stream_layout(buf, start, end, height)
+    status, run_index, k_nibbles, length_bits, table_pos, pos = layout
+    if status != fmt.STATUS_OK:
+        return status
+    half = 1 << (bits - 1)
+    state = np.empty(compact.STATE_SIZE, np.int64)
+    mapped_rows = np.zeros((2, width), np.int64)
+    for row in range(height):
+        row_end = pos + compact.compact_row_length(buf, table_pos, length_bits, row)
+        if row_end > end * 8:
+            return fmt.STATUS_BAD_SIZE
+        if row_end == pos:
+            if row == 0:
+                return fmt.STATUS_CORRUPT
+            tile[row] = tile[row - 1]
+            mapped_rows[row % 2] = 0
+            continue
+        compact.row_state_init(state, pos, k_nibbles, run_index)
+        for col in range(width):
+            w, n, nw = compact.tile_neighbours(tile, row, col, half)
+            mapped_n = mapped_rows[(row + 1) % 2, col] if row > 0 else 0
+            tile[row, col] = compact.decode_sample(buf, state, w, n, nw, mapped_n, width - col, bits)
+            mapped_rows[row % 2, col] = state[compact.S_MAPPED]
+        if state[compact.S_POS] != row_end or state[compact.S_ERROR]:
+            return fmt.STATUS_CORRUPT
+        pos = row_end
+    return fmt.STATUS_OK if (pos + 7) // 8 == end else fmt.STATUS_BAD_SIZE
+
+
+def both_decoders(data):
+    """(statuses, planes) of every stream from the step function and from the CPU codec."""
+    parsed = fmt.parse(data, verify=False)
+    info = parsed.info
+    buf = np.frombuffer(data, np.uint8)
+    ids = np.arange(parsed.stream_starts.size, dtype=np.int64)
+    results = []
+    for decode in ("step", "cpu"):
+        planes = np.zeros((info.channels, info.height, info.width), info.dtype)
+        status = np.zeros(ids.size, np.int64)
+        if decode == "cpu":
+            cpu.decode_streams(buf, parsed.stream_starts, parsed.stream_ends, ids, planes, 0, 0, info.tiles_x,
+                               info.tile_width, info.tile_height, info.height, info.width, fmt.MODE_COMPACT,
+                               info.bits, status)
+        else:
+            for stream in ids:
+                status[stream] = step_decode_stream(buf, int(parsed.stream_starts[stream]),
+                                                    int(parsed.stream_ends[stream]),
+                                                    stream_tile(info, planes, stream), info.bits)
+        results.append((status, planes))
+    return info, results
+
+
+def stream_tile(info, planes, stream):
+    tile_index, channel = divmod(int(stream), info.channels)
+    y0 = tile_index // info.tiles_x * info.tile_height
+    x0 = tile_index % info.tiles_x * info.tile_width
+    return planes[channel, y0:y0 + info.tile_height, x0:x0 + info.tile_width]
+
+
+IMAGES = {
+    "smooth_rgb8": make_image("smooth_noise", 40, 45, 3, np.uint8, 1),
+    "labels16": make_image("labels", 24, 30, 1, np.uint16, 2),
+}
+
+
+@pytest.mark.parametrize("name", sorted(IMAGES))
+def test_row_and_step_decoders_agree_on_valid_streams(name):
+    data = l3codec.encode(IMAGES[name], tile_width=16)
+    _, ((step_status, step_planes), (cpu_status, cpu_planes)) = both_decoders(data)
+    assert not step_status.any() and not cpu_status.any()
+    assert np.array_equal(step_planes, cpu_planes)
+
+
+@pytest.mark.parametrize("name", sorted(IMAGES))
+def test_row_and_step_decoders_report_the_same_status_on_damage(name):
+    data = l3codec.encode(IMAGES[name], tile_width=16)
+    payload_offset = fmt.parse(data).payload_offset
+    rng = np.random.default_rng(3)
+    statuses = set()
+    for _ in range(20):
+        damaged = np.frombuffer(data, np.uint8).copy()
+        for offset in rng.integers(payload_offset, damaged.size, int(rng.integers(1, 4))):
+            damaged[offset] ^= np.uint8(1 << int(rng.integers(0, 8)))
+        info, ((step_status, step_planes), (cpu_status, cpu_planes)) = both_decoders(damaged.tobytes())
+        assert np.array_equal(step_status, cpu_status)
+        statuses.update(step_status.tolist())
+        for stream in np.flatnonzero(step_status == 0):  # streams both accept decode to the same pixels
+            step_tile = stream_tile(info, step_planes, stream)
+            assert np.array_equal(step_tile, stream_tile(info, cpu_planes, stream))
+    assert len(statuses - {0}) >= 2  # the damage reached more than one kind of check
