@@ -21,7 +21,7 @@ from . import bitio, colour, compact, fast, streams
 from . import format as fmt
 from .jit import cached_njit, compile_device_functions
 
-FIRST_USE_NOTICE = "l3codec: compiling the CPU codec (first use, ~10 s; cached afterwards)"
+FIRST_USE_NOTICE = "l3codec: compiling the CPU codec for this mode (first use, up to about 30 s; cached afterwards)"
 
 
 @intrinsic
