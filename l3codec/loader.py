@@ -34,6 +34,7 @@ from . import staging as stage
 from .format import STATUS_CORRUPT, L3Error
 from .geometry import CenterCrop, Full, RandomCrop, RandomResizedCrop
 from .order import EpochOrder
+from .torch import chw_view
 
 __all__ = [
     "L3Dataset", "Loader", "CenterCrop", "Full", "RandomCrop", "RandomResizedCrop", "host_decode_step",
@@ -98,13 +99,8 @@ class L3Dataset(Dataset):
                 image = codec.decode(data, verify=self.verify)
             except L3Error as error:
                 raise stage.BadSample(f"sample {sample['key']!r} (index {index}), {name}: {error}") from error
-            sample[name] = _chw(torch.from_numpy(image))
+            sample[name] = chw_view(torch.from_numpy(image))
         return self.transform(sample) if self.transform is not None else sample
-
-
-def _chw(array: torch.Tensor) -> torch.Tensor:
-    """HW or HWC -> CHW, as a view."""
-    return array.unsqueeze(0) if array.ndim == 2 else array.movedim(-1, -3)
 
 
 # ---------------------------------------------------------------- decode steps (injectable)

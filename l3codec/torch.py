@@ -66,10 +66,10 @@ def decode(
     if stack:
         # same-shape items lie back to back: the whole buffer is one (N, H, W[, C]) tensor
         stacked = flat[: prepared.out_size].view(_TORCH_DTYPES[prepared.dtypes[0]])
-        return _chw(stacked.reshape(len(item_list), *prepared.shapes[0]), batched=True)
+        return chw_view(stacked.reshape(len(item_list), *prepared.shapes[0]), batched=True)
     if single:
-        return _chw(images[0])
-    return [_chw(image) for image in images]
+        return chw_view(images[0])
+    return [chw_view(image) for image in images]
 
 
 def _host_bytes(index: int, item):
@@ -88,7 +88,7 @@ def _host_bytes(index: int, item):
     return item
 
 
-def _chw(array: torch.Tensor, batched: bool = False) -> torch.Tensor:
+def chw_view(array: torch.Tensor, batched: bool = False) -> torch.Tensor:
     """HW or HWC (NHW or NHWC when batched) -> CHW (NCHW), as a view."""
     if array.ndim == (3 if batched else 2):
         return array.unsqueeze(-3)
