@@ -47,6 +47,10 @@ def decode(
         raise L3Error(f"backend must be one of {gpu.BACKENDS}, not {backend!r}")
     single = not isinstance(items, (list, tuple))
     item_list = [items] if single else list(items)
+    if not item_list:  # as torchvision.io.decode_jpeg([]): nothing to decode, nothing to stack
+        if stack:
+            raise L3Error("stack=True needs at least one item: an empty batch has no shape")
+        return []
     region_list = [regions] if single else (list(regions) if regions is not None else [None] * len(item_list))
     host_items = [_host_bytes(index, item) for index, item in enumerate(item_list)]
     prepared = batching.prepare(host_items, region_list, verify=verify, max_pixels=max_pixels)

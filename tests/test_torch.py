@@ -27,6 +27,12 @@ def test_a_list_gives_a_list_and_stack_gives_nchw():
     assert l3torch.decode(datas[0], stack=True).shape == (1, 3, 20, 30)
 
 
+def test_an_empty_list_gives_an_empty_list_and_cannot_stack():
+    assert l3torch.decode([]) == []
+    with pytest.raises(l3codec.L3Error, match="at least one item"):
+        l3torch.decode([], stack=True)
+
+
 def test_stacked_grayscale_batch_is_n1hw():
     images = [make_image(kind, 12, 7, 1, np.uint16, 5) for kind in ("labels", "gradient")]
     batch = l3torch.decode([_encode(i) for i in images], device="cpu", stack=True)
