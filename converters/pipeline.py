@@ -82,6 +82,8 @@ class Summary:
     l3_bytes: int = 0
     shards: int = 0
     shards_reused: int = 0
+    converted_samples: int = 0  # by this run: the rates leave out what --resume found already written
+    converted_source_bytes: int = 0
     wall_seconds: float = 0.0
     verified: bool = False
     workers: int = 1
@@ -101,9 +103,11 @@ class Summary:
                      f"{self.l3_bytes / 1e6:.1f}", f"{self.ratio:.3f}"))
         widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
         lines = ["  ".join(str(value).rjust(width) for value, width in zip(row, widths)) for row in rows]
-        rate = self.samples / self.wall_seconds if self.wall_seconds else 0.0
-        lines.append(f"{self.shards} shards ({self.shards_reused} reused), wall {self.wall_seconds:.1f} s, "
-                     f"{rate:.1f} images/s, {self.source_bytes / 1e6 / max(self.wall_seconds, 1e-9):.1f} MB/s"
+        seconds = max(self.wall_seconds, 1e-9)
+        work = (f"{self.converted_samples / seconds:.1f} images/s, "
+                f"{self.converted_source_bytes / 1e6 / seconds:.1f} MB/s" if self.converted_samples
+                else "nothing left to convert")
+        lines.append(f"{self.shards} shards ({self.shards_reused} reused), wall {self.wall_seconds:.1f} s, {work}"
                      + (", every sample verified" if self.verified else ""))
         if self.shards - self.shards_reused < self.workers and self.shards > self.shards_reused:
             lines.append(f"  note: {self.shards - self.shards_reused} shards for {self.workers} workers left some "
@@ -446,6 +450,9 @@ def convert(layout: str, src, dst, /, *, split: str | None = None, mode: str = "
     except OSError as error:
         raise _destination_error(error, dst) from error
     summary.shards_reused = reused
+    converted = [records[(task.split, task.number)] for task in pending]
+    summary.converted_samples = sum(record["samples"] for record in converted)
+    summary.converted_source_bytes = sum(record["source_bytes"] for record in converted)
     summary.workers = getattr(executor, "workers", 1)
     return summary
 

@@ -95,12 +95,14 @@ def test_resume_after_sigkill_is_identical_to_an_uninterrupted_run(tmp_path):
         convert("folder", tmp_path / "src", dst, workers=0, shard_size="1", progress=False)
     summary = convert("folder", tmp_path / "src", dst, workers=0, shard_size="1", resume=True, progress=False)
     assert summary.shards_reused == 6 and summary.samples == 10
+    assert summary.converted_samples == 4 and "images/s" in str(summary)  # rates count this run's work only
     for name, mtime in finished_before.items():  # finished shards were not redone
         assert os.stat(dst / "train" / name).st_mtime_ns == mtime
     assert tree_files(dst) == tree_files(tmp_path / "whole")
     assert_matches_source(dst, expected)
     again = convert("folder", tmp_path / "src", dst, workers=0, shard_size="1", resume=True, progress=False)
     assert again.shards_reused == again.shards == 10 and tree_files(dst) == tree_files(tmp_path / "whole")
+    assert again.converted_samples == 0 and "nothing left to convert" in str(again)
     with pytest.raises(ConvertError, match="finished conversion of other sources or options"):
         convert("folder", tmp_path / "src", dst, workers=0, mode="fast", resume=True, progress=False)
     with pytest.raises(ConvertError, match="already holds a converted dataset"):
