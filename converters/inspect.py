@@ -82,7 +82,8 @@ def inspect(root, /, *, deep: bool = False, storage_options=None) -> dict:
             "ratio": member_bytes / source_bytes if source_bytes else None,
             "container_overhead": (shard_bytes - member_bytes) / member_bytes if member_bytes else None,
             "shapes": [{"height": h, "width": w, "channels": c, "bits": b, "count": n}
-                       for (h, w, c, b), n in shapes.most_common(5)],
+                       for (h, w, c, b), n in shapes.most_common(5)],  # the commonest; distinct_shapes counts all
+            "distinct_shapes": len(shapes),
             "decoded": decoded if deep else None,
         }
     report["failures"] = manifest.get("failures", [])
@@ -108,11 +109,15 @@ def report_text(report: dict) -> str:
             more = f", ... ({len(facts['per_class'])} classes)" if len(facts["per_class"]) > 10 else ""
             lines.append("  per class: " + ", ".join(f"{name} {count}" for name, count in shown) + more)
         lines.append("  shapes: " + ", ".join(f"{s['height']}x{s['width']}x{s['channels']} {s['bits']}-bit "
-                                             f"({s['count']})" for s in facts["shapes"]))
+                                             f"({s['count']})" for s in facts["shapes"])
+                     + (f", ... ({facts['distinct_shapes']} distinct shapes)"
+                        if facts["distinct_shapes"] > len(facts["shapes"]) else ""))
         if facts["decoded"] is not None:
             lines.append(f"  decoded {facts['decoded']} images")
     for failure in report["failures"][:10]:
         lines.append(f"  failed source {failure['split']}/{failure['key']}: {failure['error']}")
+    if len(report["failures"]) > 10:
+        lines.append(f"  ... and {len(report['failures']) - 10} more failed sources (manifest.json lists them all)")
     lines += [f"PROBLEM {problem}" for problem in report["problems"]]
     lines.append("all shard checksums match" + (" and every image decodes" if any(
         facts["decoded"] is not None for facts in report["splits"].values()) else "") if report["ok"]

@@ -20,7 +20,7 @@ from l3codec.converters.cli import main as l3convert
 from l3codec.converters.inspect import inspect
 from l3codec.dataset import open_dataset, read_manifest
 
-from dataset_trees import folder_tree
+from dataset_trees import folder_tree, save_png
 
 
 def tree_files(root):
@@ -216,6 +216,15 @@ def test_dali_webdataset_reader_returns_our_bytes_from_the_idx_files(tmp_path):
     for i in range(len(reader)):
         assert np.array(images.at(i)).tobytes() == reader.read(i).tobytes()
         assert int(np.array(labels.at(i)).tobytes()) == reader.label(i)
+
+
+def test_inspect_says_how_many_shapes_it_leaves_out(tmp_path, capsys):
+    for n in range(7):  # seven sizes: the report shows the five commonest and counts the rest
+        save_png(os.path.join(tmp_path, "src", "cls", f"{n}.png"), np.full((4 + n, 5, 3), n, np.uint8))
+    convert("folder", tmp_path / "src", tmp_path / "dst", workers=0, progress=False)
+    assert inspect(tmp_path / "dst")["splits"]["train"]["distinct_shapes"] == 7
+    assert l3convert(["inspect", str(tmp_path / "dst")]) == 0
+    assert "... (7 distinct shapes)" in capsys.readouterr().out
 
 
 def test_inspect_checks_checksums_and_decodes_deeply(tmp_path, capsys):
