@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import collections
 import warnings
+import weakref
 
 import numpy as np
 import torch
@@ -399,11 +400,15 @@ class _Device:
         return event
 
     def pin(self, tensor: torch.Tensor) -> None:
-        """Page-lock a shared-memory tensor in place, so that copies from it are asynchronous DMA."""
+        """Page-lock a shared-memory tensor in place, so that copies from it are asynchronous DMA,
+        until the tensor is freed: a registration that outlived its memory would make the next
+        loader's cudaHostRegister of the same addresses fail."""
         if self.cuda:
-            result = torch.cuda.cudart().cudaHostRegister(tensor.data_ptr(), tensor.numel(), 0)
+            cudart = torch.cuda.cudart()
+            result = cudart.cudaHostRegister(tensor.data_ptr(), tensor.numel(), 0)
             if int(result) != 0:
                 raise RuntimeError(f"cudaHostRegister of the staging buffers failed ({result})")
+            weakref.finalize(tensor, cudart.cudaHostUnregister, tensor.data_ptr())
 
     def hand_over(self, event, tensors) -> None:
         """Make tensors made on the side stream safe on the caller's current stream."""

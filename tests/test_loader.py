@@ -7,6 +7,7 @@ or by the CPU decoder honouring the same tables (loader.host_decode_step). Tests
 `cuda` run the real path where a GPU exists.
 """
 
+import gc
 import socket
 import warnings
 
@@ -21,7 +22,7 @@ torch = pytest.importorskip("torch")
 from l3codec import batch as batching  # noqa: E402
 from l3codec.converters import convert  # noqa: E402
 from l3codec.loader import (  # noqa: E402
-    CenterCrop, Full, L3Dataset, Loader, RandomCrop, RandomResizedCrop, host_decode_step,
+    CenterCrop, Full, L3Dataset, Loader, RandomCrop, RandomResizedCrop, _Device, host_decode_step,
 )
 
 SIZE = (40, 56)  # every cityscapes frame here; tiles of 16 so crops touch a few of many tiles
@@ -394,3 +395,27 @@ def test_gpu_batches_match_the_cpu_path(cityscapes, backend):
     for a, b in zip(on_gpu, on_cpu):
         assert a["image"].is_cuda and a["key"] == b["key"]
         assert torch.equal(a["image"].cpu(), b["image"]) and torch.equal(a["labelIds"].cpu(), b["labelIds"])
+
+
+def test_pinned_staging_is_unregistered_when_freed(monkeypatch):
+    calls = []
+
+    class Runtime:  # stands in for torch.cuda.cudart(), which a CPU build cannot give
+        def cudaHostRegister(self, pointer, size, flags):
+            calls.append(("register", pointer, size))
+            return 0
+
+        def cudaHostUnregister(self, pointer):
+            calls.append(("unregister", pointer))
+            return 0
+
+    monkeypatch.setattr(torch.cuda, "cudart", Runtime)
+    device = _Device(torch.device("cpu"))
+    device.cuda = True  # only pin() is exercised: no stream is made
+    ring = torch.empty(4096, dtype=torch.uint8).share_memory_()
+    pointer = ring.data_ptr()
+    device.pin(ring)
+    assert calls == [("register", pointer, 4096)]
+    del ring
+    gc.collect()
+    assert calls == [("register", pointer, 4096), ("unregister", pointer)]
