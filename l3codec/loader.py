@@ -168,17 +168,27 @@ def _resize_weights(lengths: torch.Tensor, out_length: int, canvas_length: int) 
     return weights / weights.sum(dim=2, keepdim=True)
 
 
+RESIZE_CHUNK_BYTES = 256 << 20  # float32 working copy of the canvas per chunk of items, not per batch
+
+
 def _resize_bilinear(canvas: torch.Tensor, regions: torch.Tensor, size: tuple) -> torch.Tensor:
     """Resize each (h_i, w_i) corner region of an (N, H, W, C) canvas to size: (N, out_h, out_w, C) float32,
-    in two batched matrix products (one call each for the whole batch)."""
+    in two batched matrix products per chunk of items (a float32 copy of a whole batch of
+    Cityscapes frames would be 1.6 GB at batch 64)."""
     out_h, out_w = size
-    rows = _resize_weights(regions[:, 0], out_h, canvas.shape[1])  # (N, out_h, H)
-    cols = _resize_weights(regions[:, 1], out_w, canvas.shape[2])  # (N, out_w, W)
     n, height, width, channels = canvas.shape
-    pixels = canvas.to(torch.float32)
-    across = torch.bmm(cols, pixels.permute(0, 2, 1, 3).reshape(n, width, height * channels))  # (N, out_w, H*C)
-    across = across.reshape(n, out_w, height, channels).permute(0, 2, 1, 3).reshape(n, height, out_w * channels)
-    return torch.bmm(rows, across).reshape(n, out_h, out_w, channels)
+    rows = _resize_weights(regions[:, 0], out_h, height)  # (N, out_h, H)
+    cols = _resize_weights(regions[:, 1], out_w, width)  # (N, out_w, W)
+    out = torch.empty((n, out_h, out_w, channels), dtype=torch.float32, device=canvas.device)
+    chunk = max(1, RESIZE_CHUNK_BYTES // (4 * height * width * channels))
+    for first in range(0, n, chunk):
+        items = slice(first, first + chunk)
+        pixels = canvas[items].to(torch.float32)
+        m = pixels.shape[0]
+        across = torch.bmm(cols[items], pixels.permute(0, 2, 1, 3).reshape(m, width, height * channels))
+        across = across.reshape(m, out_w, height, channels).permute(0, 2, 1, 3).reshape(m, height, out_w * channels)
+        out[items] = torch.bmm(rows[items], across).reshape(m, out_h, out_w, channels)
+    return out
 
 
 def _resize_nearest(canvas: torch.Tensor, regions: torch.Tensor, size: tuple) -> torch.Tensor:
