@@ -27,10 +27,9 @@ import weakref
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, get_worker_info
 
-from . import codec, gpu
+from . import codec, gpu, resize
 from . import staging as stage
 from .format import STATUS_CORRUPT, L3Error
 from .geometry import CenterCrop, Full, RandomCrop, RandomResizedCrop
@@ -154,75 +153,7 @@ def host_decode_step(staged, buffer: torch.Tensor, out: torch.Tensor, status: to
                 status.numpy()[position[int(item)]] = STATUS_CORRUPT
 
 
-# ---------------------------------------------------------------- resizing, flipping, normalising
-
-def _resize_weights(lengths: torch.Tensor, out_length: int, canvas_length: int) -> torch.Tensor:
-    """(N, out_length, canvas_length) float32 resampling matrices: torch's antialiased bilinear
-    (interpolate(..., antialias=True, align_corners=False)), which equals plain bilinear when enlarging."""
-    scale = lengths.to(torch.float32)[:, None, None] / out_length  # (N, 1, 1)
-    support = torch.clamp(scale, min=1.0)
-    centres = (torch.arange(out_length, device=lengths.device, dtype=torch.float32)[None, :, None] + 0.5) * scale
-    source = torch.arange(canvas_length, device=lengths.device, dtype=torch.float32)[None, None, :] + 0.5
-    weights = torch.clamp(1.0 - torch.abs(source - centres) / support, min=0.0)
-    weights = weights * (source < lengths[:, None, None] + 0.5)  # nothing from the canvas past the region
-    return weights / weights.sum(dim=2, keepdim=True)
-
-
-RESIZE_CHUNK_BYTES = 256 << 20  # float32 working copy of the canvas per chunk of items, not per batch
-
-
-def _resize_bilinear(canvas: torch.Tensor, regions: torch.Tensor, size: tuple) -> torch.Tensor:
-    """Resize each (h_i, w_i) corner region of an (N, H, W, C) canvas to size: (N, out_h, out_w, C) float32,
-    in two batched matrix products per chunk of items (a float32 copy of a whole batch of
-    Cityscapes frames would be 1.6 GB at batch 64)."""
-    out_h, out_w = size
-    n, height, width, channels = canvas.shape
-    rows = _resize_weights(regions[:, 0], out_h, height)  # (N, out_h, H)
-    cols = _resize_weights(regions[:, 1], out_w, width)  # (N, out_w, W)
-    out = torch.empty((n, out_h, out_w, channels), dtype=torch.float32, device=canvas.device)
-    chunk = max(1, RESIZE_CHUNK_BYTES // (4 * height * width * channels))
-    for first in range(0, n, chunk):
-        items = slice(first, first + chunk)
-        pixels = canvas[items].to(torch.float32)
-        m = pixels.shape[0]
-        across = torch.bmm(cols[items], pixels.permute(0, 2, 1, 3).reshape(m, width, height * channels))
-        across = across.reshape(m, out_w, height, channels).permute(0, 2, 1, 3).reshape(m, height, out_w * channels)
-        out[items] = torch.bmm(rows[items], across).reshape(m, out_h, out_w, channels)
-    return out
-
-
-def _resize_nearest(canvas: torch.Tensor, regions: torch.Tensor, size: tuple) -> torch.Tensor:
-    """Nearest neighbour (torch's "nearest-exact": the source pixel under each output centre), any dtype."""
-    def indices(lengths, out_length):
-        centres = (torch.arange(out_length, device=lengths.device, dtype=torch.float64)[None, :] + 0.5)
-        index = torch.floor(centres * lengths.to(torch.float64)[:, None] / out_length).to(torch.int64)
-        return torch.minimum(index, lengths[:, None] - 1)
-
-    rows, cols = indices(regions[:, 0], size[0]), indices(regions[:, 1], size[1])
-    batch = torch.arange(canvas.shape[0], device=canvas.device)[:, None, None]
-    return _bits(canvas)[batch, rows[:, :, None], cols[:, None, :]].view(canvas.dtype)
-
-
-def _interpolate(image: torch.Tensor, size) -> torch.Tensor:
-    """One HWC region resized by torch's own antialiased bilinear interpolation: HWC float32."""
-    chw = image.permute(2, 0, 1)[None].to(torch.float32)
-    return F.interpolate(chw, size=tuple(size), mode="bilinear", align_corners=False, antialias=True)[0].permute(1, 2, 0)
-
-
-def _bits(images: torch.Tensor) -> torch.Tensor:
-    """uint16 as int16, the same bits: torch moves and indexes uint16 with few kernels (no flip, no gather)."""
-    return images.view(torch.int16) if images.dtype == torch.uint16 else images
-
-
-def _flip_where(images: torch.Tensor, crops) -> torch.Tensor:
-    """Mirror the items (N, H, W, C) whose crop says so, in place. The choice is made on the host
-    (no device-to-host sync, so the decode keeps overlapping the caller's step)."""
-    chosen = [i for i, crop in enumerate(crops) if crop.flip]
-    if chosen:
-        bits, index = _bits(images), torch.tensor(chosen, device=images.device)
-        bits[index] = bits[index].flip(2)
-    return images
-
+# ---------------------------------------------------------------- finishing: resize, flip, normalise
 
 class _Finish:
     """Turns decoded canvases into the yielded tensors: resize, flip, layout, normalise.
@@ -247,14 +178,14 @@ class _Finish:
             images = canvas
         else:
             images = self._resized(name, canvas, torch.tensor(regions_hw, dtype=torch.int64, device=flat.device), size)
-        return self._present(name, _flip_where(images, crops), batched=True)
+        return self._present(name, resize.flip_where(images, crops), batched=True)
 
     def _resized(self, name, canvas, regions, size):
         if name != "image":
-            return _resize_nearest(canvas, regions, size)
+            return resize.nearest(canvas, regions, size)
         if self.resize == "matmul":
-            return _resize_bilinear(canvas, regions, size)
-        return torch.stack([_interpolate(canvas[i, :h, :w], size) for i, (h, w) in enumerate(regions.tolist())])
+            return resize.bilinear(canvas, regions, size)
+        return torch.stack([resize.interpolate(canvas[i, :h, :w], size) for i, (h, w) in enumerate(regions.tolist())])
 
     def _one(self, name, flat, layout, crop, i) -> torch.Tensor:
         """Item i of a field whose items differ in channels, dtype or output size."""
@@ -267,9 +198,9 @@ class _Finish:
         if tuple(crop.size) != (h, w):
             image = self._resized(name, image[None], torch.tensor([[h, w]], device=flat.device), crop.size)[0]
         else:
-            image = _bits(image).clone().view(image.dtype)  # the buffer is reused; list items get their own memory
+            image = resize.as_int_bits(image).clone().view(image.dtype)  # the buffer is reused; list items get their own memory
         if crop.flip:
-            image = _bits(image).flip(1).view(image.dtype)
+            image = resize.as_int_bits(image).flip(1).view(image.dtype)
         return self._present(name, image, batched=False)
 
     def _present(self, name, images: torch.Tensor, batched: bool) -> torch.Tensor:

@@ -20,7 +20,7 @@ from images import make_image
 
 torch = pytest.importorskip("torch")
 from l3codec import batch as batching  # noqa: E402
-from l3codec import loader as loader_module  # noqa: E402
+from l3codec import resize  # noqa: E402
 from l3codec.converters import convert  # noqa: E402
 from l3codec.loader import (  # noqa: E402
     CenterCrop, Full, L3Dataset, Loader, RandomCrop, RandomResizedCrop, _Device, host_decode_step,
@@ -220,12 +220,12 @@ def test_bilinear_resize_in_chunks_of_items_equals_one_pass(monkeypatch):
     generator = torch.Generator().manual_seed(3)
     canvas = torch.randint(0, 256, (5, 30, 26, 3), dtype=torch.uint8, generator=generator)
     regions = torch.tensor([[30, 26], [12, 9], [30, 5], [7, 26], [19, 19]])
-    whole = loader_module._resize_bilinear(canvas, regions, (11, 13))
-    monkeypatch.setattr(loader_module, "RESIZE_CHUNK_BYTES", 2 * 4 * 30 * 26 * 3)  # two items a chunk
-    chunked = loader_module._resize_bilinear(canvas, regions, (11, 13))
+    whole = resize.bilinear(canvas, regions, (11, 13))
+    monkeypatch.setattr(resize, "RESIZE_CHUNK_BYTES", 2 * 4 * 30 * 26 * 3)  # two items a chunk
+    chunked = resize.bilinear(canvas, regions, (11, 13))
     torch.testing.assert_close(chunked, whole)  # bmm may block a different batch size differently
     for item, (h, w) in enumerate(regions.tolist()):
-        torch.testing.assert_close(chunked[item], loader_module._interpolate(canvas[item, :h, :w], (11, 13)))
+        torch.testing.assert_close(chunked[item], resize.interpolate(canvas[item, :h, :w], (11, 13)))
 
 
 def test_centre_crop_and_normalised_float_images(cityscapes):
