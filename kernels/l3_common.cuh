@@ -409,10 +409,14 @@ L3_DEVICE void write_tile_sectors(const TileWriter& writer, int r0, int r1, int 
         unsigned char* const span = row_out - misalign;
         const int lo = sector_boundary(writer, misalign, c0, pixel_bytes);
         const int hi = sector_boundary(writer, misalign, c1, pixel_bytes);
+        // the same number of spans for every lane, a __syncwarp after each: one store instruction
+        // per span, as on a GPU, for the emulator's traffic counts too
 #pragma unroll 1
-        for (int word = (lo & ~127) + 4 * lane; word < hi; word += 128) {
-            if (word + 4 <= lo) continue;
-            if (word >= lo && word + 4 <= hi) {  // the samples of a whole word (sizeof(T) divides 4)
+        for (int span_start = lo & ~127; span_start < hi; span_start += 128) {
+            const int word = span_start + 4 * lane;
+            if (word + 4 <= lo || word >= hi) {
+                // outside the row's bytes
+            } else if (word >= lo && word + 4 <= hi) {  // the samples of a whole word (sizeof(T) divides 4)
                 const unsigned sample = (unsigned)(word - misalign) / (unsigned)sizeof(T);
                 unsigned pixel = pixel_of(sample);
                 int channel = (int)(sample - pixel * channels);
@@ -438,6 +442,7 @@ L3_DEVICE void write_tile_sectors(const TileWriter& writer, int r0, int r1, int 
                     span[byte] = (unsigned char)(value >> (8 * (offset % sizeof(T))));
                 }
             }
+            __syncwarp();
         }
     }
 }
