@@ -461,8 +461,8 @@ def sass_per_sample_report(frames: list, sass_lines: dict, out) -> None:
           "(peeled or unswitched loops): every copy is priced as if it ran. Unmatched SASS (lines g++ "
           "inlines differently) is left out. Write-out: the lines of write_tile_sectors / "
           "write_tile_part and what they inline.\n", file=out)
-    print("| mode | frames | warp-instructions per sample | of which write-out | SASS not matched to a line the "
-          "emulation ran | top source lines (instructions per sample) |", file=out)
+    print("| mode | frames | warp-instructions per sample | of which write-out "
+          "| SASS not matched to a line the emulation ran | top source lines (instructions per sample) |", file=out)
     print("|---|---|---|---|---|---|", file=out)
     for mode, (kernel, _) in MODE_KERNELS.items():
         coverage = WarpCoverage()
@@ -556,7 +556,7 @@ def main() -> int:
                         help="emulate only the first N frames for the traffic and path counts (default: all; "
                         "a 2048x1024 frame takes minutes)")
     parser.add_argument("--out", default="/tmp/l3-bench",
-                        help="folder for gpu.md (bench/results holds the committed one: name it to replace it)")
+                        help="folder for gpu.md (name bench/results to replace the committed one)")
     args = parser.parse_args()
     folder = pathlib.Path(args.folder)
     frames = load_frames(folder)
