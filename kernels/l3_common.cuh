@@ -181,10 +181,10 @@ L3_DEVICE unsigned read_bits(const unsigned char* __restrict__ data, long long s
     return (unsigned)(peek_bits(data, size, bit_pos) & ((1ull << count) - 1));
 }
 
-// Four little-endian bytes from byte pos, a multiple of 4: one aligned 32-bit load unless the
-// word reaches past data_size (or the buffer itself is unaligned).
+// Four little-endian bytes from byte pos, a multiple of 4 and not negative: one aligned 32-bit
+// load unless the word reaches past data_size (or the buffer itself is unaligned).
 L3_DEVICE unsigned load_word(const unsigned char* __restrict__ data, long long size, long long pos) {
-    if (pos >= 0 && pos + 4 <= size && (reinterpret_cast<unsigned long long>(data) & 3) == 0)
+    if (pos + 4 <= size && (reinterpret_cast<unsigned long long>(data) & 3) == 0)
         return *reinterpret_cast<const unsigned*>(data + pos);
     return load_byte(data, size, pos) | load_byte(data, size, pos + 1) << 8 | load_byte(data, size, pos + 2) << 16 |
            load_byte(data, size, pos + 3) << 24;
