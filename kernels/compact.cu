@@ -4,19 +4,22 @@
 // (l3codec/compact.py). Lane r of warp `channel` owns row r; at step s it decodes pixel
 // (r, s - r). Its N and N's mapped residual are what lane r - 1 produced at step s - 1
 // (one __shfl_up_sync), NW is the N it received one step earlier (a register), W and
-// WW are its own previous outputs. Lanes find their row's first bit from the row-length
-// table with a warp prefix sum. The adaptive sums and counts live in shared memory,
-// indexed [context][lane]; everything else in registers.
+// WW are its own previous outputs (lane 0's NW register holds its WW). Lanes find their
+// row's first bit from the row-length table with a warp prefix sum, then read the row
+// through a 64-bit bit reservoir in registers, refilled by one aligned 4-byte load when
+// it holds fewer than 32 bits. The adaptive sums and counts live in shared memory,
+// indexed [context][lane]; everything else in registers. Constant and raw streams skip
+// the wavefront: the warp stages their rows with consecutive lanes on consecutive samples.
 //
 // Decoded samples are staged in a ring of columns in dynamic shared memory. A tile up to
 // 128 columns wide is staged whole: after the wavefront, a __syncthreads, then the block
 // writes the tile's intersection with the region (all channels, inverse colour
-// transform, consecutive threads on consecutive samples). A wider tile goes through a
-// 128-column ring in strips of 96 steps, writing after each strip the columns every row
-// has finished, so shared memory stays under 48 KiB whatever the tile width (a default
-// 512-wide tile of 4 16-bit channels would need 128 KiB staged whole). blockDim =
-// (32, max_channels): warps with threadIdx.y >= channels only take part in the barriers
-// and the writing.
+// transform; write_tile_sectors: a warp per output row, 4-byte stores filling whole
+// 32-byte sectors). A wider tile goes through a 128-column ring in strips of 64 steps,
+// writing after each strip the columns every row has finished up to a 32-byte boundary,
+// so shared memory stays under 48 KiB whatever the tile width (a default 512-wide tile
+// of 4 16-bit channels would need 128 KiB staged whole). blockDim = (32, max_channels):
+// warps with threadIdx.y >= channels only take part in the barriers and the writing.
 #include "l3_common.cuh"
 
 namespace l3 {
@@ -221,7 +224,8 @@ L3_DEVICE void decode_compact_tile(const unsigned char* __restrict__ data, long 
                         lane_status = STATUS_CORRUPT;
                 }
                 copy_row = length == 0 && lane > 0;  // a zero row length copies the row above
-                if (lane < h && !copy_row && lane_status == STATUS_OK) reservoir_start(row.in, data, data_size, row_start);
+                if (lane < h && !copy_row && lane_status == STATUS_OK)
+                    reservoir_start(row.in, data, data_size, row_start);
                 row.run_index = run_index;
                 for (int ctx = 0; ctx < CONTEXTS; ++ctx) {
                     // a mean mapped residual of 1.5 * 2**k, weighted as INITIAL_COUNT samples
@@ -310,7 +314,8 @@ L3_DEVICE void decode_compact_tile(const unsigned char* __restrict__ data, long 
     if (decoding) {
         int code = lane_status;
         if (source == SOURCE_CODED) {
-            if (lane_status == STATUS_OK && lane < h && !copy_row && (reservoir_position(row.in) != row_end || row.error))
+            if (lane_status == STATUS_OK && lane < h && !copy_row &&
+                (reservoir_position(row.in) != row_end || row.error))
                 lane_status = STATUS_CORRUPT;
             const unsigned failing = __ballot_sync(L3_FULL_MASK, lane_status != STATUS_OK);
             const int first = failing ? __ffs(failing) - 1 : h - 1;
