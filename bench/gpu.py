@@ -1,6 +1,6 @@
 """GPU decode benchmark, and an analytic estimate where no GPU exists.
 
-    python bench/gpu.py [folder] [--batch 64] [--repeat 5] [--emulate-frames N] [--out bench/results]
+    python bench/gpu.py [folder] [--batch 64] [--repeat 5] [--emulate-frames N] [--out /tmp/l3-bench]
 
 With a CUDA GPU: decode GB/s and images/s for a batch of frames (the folder's
 images repeated to --batch), both backends and both modes, next to CPU PNG decode
@@ -16,8 +16,8 @@ instruction by the host emulation (tests/emulation.py) while it decodes the fram
 for bit, and the SASS instruction counts of the sm_90 cubins (nvdisasm from the
 nvidia-cuda-nvdisasm package; the section is skipped without it).
 
-The report goes to <out>/gpu.md (default bench/results) and to stdout; it names the
-folder, not where it is.
+The report goes to <out>/gpu.md (default /tmp/l3-bench, so a trial run leaves the committed
+bench/results/gpu.md alone) and to stdout; it names the folder, not where it is.
 """
 
 from __future__ import annotations
@@ -143,9 +143,8 @@ def estimate(frames: list, out) -> None:
         n = len(frames)
         print(f"| {mode} | {n} | {read / n / 1e6:.2f} | {written / n / 1e6:.2f} | {tiles / n:.0f} | "
               f"{steps / tiles:.0f} | {useful / issued:.1%} |", file=out)
-    print("\nEach compressed byte is read once (the compact row-length table is read by the lanes' "
-          "prefix sums as well: 32 x 10-bit entries per tile-channel); each output byte is written once.",
-          file=out)
+    print("\nHow many bytes the kernels actually request per compressed byte, and how whole their output "
+          "sectors are, is counted in the emulated traffic section below.", file=out)
 
 
 def ptxas_report(out) -> None:
@@ -449,19 +448,22 @@ def sass_per_sample_report(frames: list, sass_lines: dict, out) -> None:
     if not sass_lines:
         return
     print("\n## SASS warp-instructions per sample, weighted by the emulated paths (ESTIMATE)\n", file=out)
-    print("The host emulation's coverage build (g++ -fsanitize-coverage=trace-pc) counts how often each "
-          "basic block runs as a warp while it decodes the frames: the k-th run by the lanes of a warp "
-          "between two rendezvous points is one warp run, so divergent paths add up as on a GPU. Each "
-          "block's source lines (with the lines they are inlined at, from DWARF) are priced with the "
-          "sm_90 SASS nvdisasm attributes to the same inline stack, divided by the number of instantiations "
-          "holding it (both sample sizes are); a g++ block that holds a fraction of a line's "
-          "instructions runs that fraction of the line. An ESTIMATE, biased high where nvcc makes "
-          "copies of a line that g++ does not (unrolled loops such as the warp scans, unswitched loops): "
-          "every copy is priced as if it ran. Unmatched SASS (lines g++ inlines differently) is left "
-          "out.\n", file=out)
-    print("| mode | frames | warp-instructions per sample | SASS not matched to a line the emulation ran "
-          "| top source lines (instructions per sample) |", file=out)
-    print("|---|---|---|---|---|", file=out)
+    print("How it is computed: the host emulation's coverage build (g++ -fsanitize-coverage=trace-pc) counts "
+          "how often each basic block runs as a warp while it decodes the frames: the k-th run by the lanes "
+          "of a warp between two rendezvous points is one warp run, so divergent paths add up as on a GPU "
+          "(this is the frames' own sample-path mix: runs, run ends, interruptions, regular samples). Each "
+          "block's source lines (with the lines they are inlined at, from DWARF) are priced with the sm_90 "
+          "SASS nvdisasm attributes to the same inline stack, divided by the number of instantiations "
+          "holding it (both sample sizes are); a g++ block that holds a fraction of a line's instructions "
+          "runs that fraction of the line. The sum is divided by the samples decoded (pixels x channels). "
+          "Loops the kernels ask nvcc to unroll (L3_UNROLL) are unrolled by g++ as well, so they are priced "
+          "once per iteration. An ESTIMATE, biased high where nvcc makes copies of a line on its own "
+          "(peeled or unswitched loops): every copy is priced as if it ran. Unmatched SASS (lines g++ "
+          "inlines differently) is left out. Write-out: the lines of write_tile_sectors / "
+          "write_tile_part and what they inline.\n", file=out)
+    print("| mode | frames | warp-instructions per sample | of which write-out "
+          "| SASS not matched to a line the emulation ran | top source lines (instructions per sample) |", file=out)
+    print("|---|---|---|---|---|---|", file=out)
     for mode, (kernel, _) in MODE_KERNELS.items():
         coverage = WarpCoverage()
         samples, _ = emulate_frames(frames, mode, coverage=coverage)
@@ -473,11 +475,27 @@ def sass_per_sample_report(frames: list, sass_lines: dict, out) -> None:
         sass = sass_lines.get(kernel, {})
         cost = {key: runs * sass[key] / copies[mode][key] for key, runs in runs_by_key.items() if key in sass}
         unmatched = sum(n for key, n in sass.items() if key not in copies[mode])
+        write_out = sum(c for key, c in cost.items() if _in_write_out(key))
         top = sorted(cost.items(), key=lambda item: -item[1])[:5]
         described = ", ".join(" < ".join(f"{name}:{number}" for name, number in k[:2]) + f" {c / samples:.2f}"
                               for k, c in top)
-        print(f"| {mode} | {len(frames)} | {sum(cost.values()) / samples:.1f} | "
+        print(f"| {mode} | {len(frames)} | {sum(cost.values()) / samples:.1f} | {write_out / samples:.1f} | "
               f"{unmatched / max(sum(sass.values()), 1):.0%} | {described} |", file=out)
+
+
+_WRITE_OUT = ("write_tile_sectors", "write_tile_part")
+_kernel_functions = {}
+
+
+def _in_write_out(key) -> bool:
+    """Whether an inline stack ((source name, line), ...) runs inside one of the write-out functions."""
+    for name, number in key:
+        if name not in _kernel_functions:
+            path = REPO / "kernels" / name
+            _kernel_functions[name] = source_functions(path) if path.exists() else [(0, "?")]
+        if [n for first, n in _kernel_functions[name] if first <= number][-1] in _WRITE_OUT:
+            return True
+    return False
 
 
 # ---------------------------------------------------------------- measurement (GPU)
@@ -537,7 +555,8 @@ def main() -> int:
     parser.add_argument("--emulate-frames", type=int, default=None,
                         help="emulate only the first N frames for the traffic and path counts (default: all; "
                         "a 2048x1024 frame takes minutes)")
-    parser.add_argument("--out", default=str(REPO / "bench" / "results"), help="folder for gpu.md")
+    parser.add_argument("--out", default="/tmp/l3-bench",
+                        help="folder for gpu.md (name bench/results to replace the committed one)")
     args = parser.parse_args()
     folder = pathlib.Path(args.folder)
     frames = load_frames(folder)

@@ -4,32 +4,35 @@
 // (l3codec/compact.py). Lane r of warp `channel` owns row r; at step s it decodes pixel
 // (r, s - r). Its N and N's mapped residual are what lane r - 1 produced at step s - 1
 // (one __shfl_up_sync), NW is the N it received one step earlier (a register), W and
-// WW are its own previous outputs. Lanes find their row's first bit from the row-length
-// table with a warp prefix sum. The adaptive sums and counts live in shared memory,
-// indexed [context][lane]; everything else in registers.
+// WW are its own previous outputs (lane 0's NW register holds its WW). Lanes find their
+// row's first bit from the row-length table with a warp prefix sum, then read the row
+// through a 64-bit bit reservoir in registers, refilled by one aligned 4-byte load when
+// it holds fewer than 32 bits. The adaptive sums and counts live in shared memory,
+// indexed [context][lane]; everything else in registers. Constant and raw streams skip
+// the wavefront: the warp stages their rows with consecutive lanes on consecutive samples.
 //
 // Decoded samples are staged in a ring of columns in dynamic shared memory. A tile up to
 // 128 columns wide is staged whole: after the wavefront, a __syncthreads, then the block
 // writes the tile's intersection with the region (all channels, inverse colour
-// transform, consecutive threads on consecutive samples). A wider tile goes through a
-// 128-column ring in strips of 96 steps, writing after each strip the columns every row
-// has finished, so shared memory stays under 48 KiB whatever the tile width (a default
-// 512-wide tile of 4 16-bit channels would need 128 KiB staged whole). blockDim =
-// (32, max_channels): warps with threadIdx.y >= channels only take part in the barriers
-// and the writing.
+// transform; write_tile_sectors: a warp per output row, 4-byte stores filling whole
+// 32-byte sectors). A wider tile goes through a 128-column ring in strips of 64 steps,
+// writing after each strip the columns every row has finished up to a 32-byte boundary,
+// so shared memory stays under 48 KiB whatever the tile width (a default 512-wide tile
+// of 4 16-bit channels would need 128 KiB staged whole). blockDim = (32, max_channels):
+// warps with threadIdx.y >= channels only take part in the barriers and the writing.
 #include "l3_common.cuh"
 
 namespace l3 {
 
 // One row decoder (compact.py's S_* state array), kept in registers.
 struct CompactRow {
-    long long pos;  // S_POS
-    int run_left;   // S_RUN_LEFT
-    int run_value;  // S_RUN_VALUE
-    int run_index;  // S_RUN_INDEX
-    int mapped;     // S_MAPPED: mapped residual of the last sample (W's for the next one)
-    bool interrupt;  // S_INTERRUPT
-    bool error;      // S_ERROR: the row's bits are impossible (a run past the row end)
+    BitReservoir in;  // S_POS: the row's bits from the next unread one
+    int run_left;     // S_RUN_LEFT
+    int run_value;    // S_RUN_VALUE
+    int run_index;    // S_RUN_INDEX
+    int mapped;       // S_MAPPED: mapped residual of the last sample (W's for the next one)
+    bool interrupt;   // S_INTERRUPT
+    bool error;       // S_ERROR: the row's bits are impossible (a run past the row end)
 };
 
 // compact.decode_mapped; ctx_a/ctx_n point at this lane's sums and counts (stride 32 per context).
@@ -39,16 +42,17 @@ L3_DEVICE int decode_mapped(const unsigned char* __restrict__ data, long long si
     int a = ctx_a[ctx * 32];
     int n = ctx_n[ctx * 32];
     const int k = rice_parameter<BITS>(a, n);
-    const unsigned long long window = peek_bits(data, size, row.pos);
+    refill(row.in, data, size);  // a code word has at most UNARY_LIMIT + BITS <= 28 bits
+    const unsigned long long window = row.in.bits;
     const unsigned unary = (unsigned)window & ((1u << UNARY_LIMIT) - 1);
     int mapped;
     if (unary != 0) {  // q zero bits, a one bit, then k bits
         const int q = __ffs(unary) - 1;
         mapped = (q << k) | (int)((window >> (q + 1)) & ((1ull << k) - 1));
-        row.pos += q + 1 + k;
+        consume(row.in, q + 1 + k);
     } else {  // escape: UNARY_LIMIT zero bits, then the mapped residual in BITS bits
         mapped = (int)((window >> UNARY_LIMIT) & ((1ull << BITS) - 1));
-        row.pos += UNARY_LIMIT + BITS;
+        consume(row.in, UNARY_LIMIT + BITS);
     }
     a += min_of(mapped, 1 << (k + ADAPT_CAP_SHIFT));
     n += 1;
@@ -62,18 +66,19 @@ L3_DEVICE int decode_mapped(const unsigned char* __restrict__ data, long long si
     return mapped;
 }
 
-// compact.decode_run_length: the loop ends because every 1 bit adds a chunk of at least one
-// sample and a chunk reaching `remaining` returns.
+// compact.decode_run_length, from the reservoir: the loop ends because every 1 bit adds a
+// chunk of at least one sample and a chunk reaching `remaining` returns.
 L3_DEVICE int decode_run_length(const unsigned char* __restrict__ data, long long size, CompactRow& row,
                                 int remaining) {
     int run = 0;
     for (;;) {
+        refill(row.in, data, size);  // a run bit and at most 15 more
         const int index = row.run_index;
         const int order = run_order(index);
         const int chunk = 1 << order;
-        const unsigned long long window = peek_bits(data, size, row.pos);
+        const unsigned window = (unsigned)row.in.bits;
         if (window & 1) {
-            row.pos += 1;
+            consume(row.in, 1);
             if (chunk >= remaining - run) {
                 if (chunk == remaining - run && index < RUN_INDEX_MAX) row.run_index = index + 1;
                 return remaining;
@@ -81,8 +86,8 @@ L3_DEVICE int decode_run_length(const unsigned char* __restrict__ data, long lon
             run += chunk;
             if (index < RUN_INDEX_MAX) row.run_index = index + 1;
         } else {
-            run += (int)((window >> 1) & (unsigned long long)(chunk - 1));
-            row.pos += 1 + order;
+            run += (int)((window >> 1) & (unsigned)(chunk - 1));
+            consume(row.in, 1 + order);
             if (run > remaining - 1) {  // a run that ends past the row: corrupt
                 run = remaining - 1;
                 row.error = true;
@@ -94,16 +99,9 @@ L3_DEVICE int decode_run_length(const unsigned char* __restrict__ data, long lon
     }
 }
 
-// compact.decode_interruption
-template <int BITS>
-L3_DEVICE int decode_interruption(const unsigned char* __restrict__ data, long long size, CompactRow& row,
-                                  int* ctx_a, int* ctx_n, int w, int n) {
-    int mapped = decode_mapped<BITS>(data, size, row, ctx_a, ctx_n, INTERRUPT_CONTEXT);
-    if (n == w) mapped += 1;
-    return (n + unzigzag(mapped)) & ((1 << BITS) - 1);
-}
-
-// compact.decode_sample
+// compact.decode_sample. The three residual cases (regular, run interruption, zero-length run)
+// pick their context and prediction first and share one decode_mapped, so lanes taking
+// different cases in one warp step run it once.
 template <int BITS>
 L3_DEVICE int decode_sample(const unsigned char* __restrict__ data, long long size, CompactRow& row, int* ctx_a,
                             int* ctx_n, int w, int n, int nw, int mapped_n, int remaining) {
@@ -112,11 +110,11 @@ L3_DEVICE int decode_sample(const unsigned char* __restrict__ data, long long si
         row.mapped = 0;
         return row.run_value;
     }
+    // compact.decode_interruption: context INTERRUPT_CONTEXT, predicted N, mapped + 1 when N == W
+    int ctx = INTERRUPT_CONTEXT, predicted = n, bias = n == w;
     if (row.interrupt) {
         row.interrupt = false;
-        return decode_interruption<BITS>(data, size, row, ctx_a, ctx_n, w, n);
-    }
-    if (w == n && n == nw) {
+    } else if (w == n && n == nw) {
         const int run = decode_run_length(data, size, row, remaining);
         if (run > 0) {
             row.run_value = w;
@@ -124,12 +122,14 @@ L3_DEVICE int decode_sample(const unsigned char* __restrict__ data, long long si
             row.mapped = 0;
             return w;
         }
-        row.interrupt = false;
-        return decode_interruption<BITS>(data, size, row, ctx_a, ctx_n, w, n);
+        row.interrupt = false;  // a zero-length run: its interruption sample is this one
+    } else {
+        ctx = activity_context<BITS>(w, n, nw, mapped_n, row.mapped);
+        predicted = med(w, n, nw);
+        bias = 0;
     }
-    const int ctx = activity_context<BITS>(w, n, nw, mapped_n, row.mapped);
     const int mapped = decode_mapped<BITS>(data, size, row, ctx_a, ctx_n, ctx);
-    return (med(w, n, nw) + unzigzag(mapped)) & ((1 << BITS) - 1);
+    return (predicted + unzigzag(mapped + bias)) & ((1 << BITS) - 1);
 }
 
 template <typename T, int BITS>
@@ -175,8 +175,8 @@ L3_DEVICE void decode_compact_tile(const unsigned char* __restrict__ data, long 
     // (cpu.decode_compact_stream order); the row's decoding is checked after the wavefront
     int lane_status = STATUS_OK;
     bool copy_row = false;
-    // a constant stream keeps its value in run_value, raw its row in pos
-    CompactRow row = {0, 0, 0, 0, 0, false, false};
+    // a constant stream keeps its value in run_value; a raw stream's first sample is at byte in.next
+    CompactRow row = {{0, 0, 0}, 0, 0, 0, 0, false, false};
     if (decoding) {
         const long long start = stream_starts[stream];
         const long long end = stream_ends[stream];
@@ -195,7 +195,7 @@ L3_DEVICE void decode_compact_tile(const unsigned char* __restrict__ data, long 
             if (end - start != 1 + (long long)sizeof(T) * h * w) {
                 lane_status = STATUS_BAD_SIZE;
             } else {
-                row.pos = start + 1 + (long long)lane * w * (long long)sizeof(T);
+                row.in.next = start + 1;
                 source = SOURCE_RAW;
             }
         } else if (end - start < COMPACT_HEADER_BYTES) {
@@ -215,15 +215,17 @@ L3_DEVICE void decode_compact_tile(const unsigned char* __restrict__ data, long 
             } else {
                 const long long length =
                     lane < h ? (long long)read_bits(data, data_size, table_pos + lane * length_bits, length_bits) : 0;
-                row.pos = rows_pos + warp_inclusive_scan(length, lane) - length;
-                row_end = row.pos + length;
+                const long long row_start = rows_pos + warp_inclusive_scan(length, lane) - length;
+                row_end = row_start + length;
                 if (lane < h) {
-                    if (row.pos + length > end * 8)
+                    if (row_start + length > end * 8)
                         lane_status = STATUS_BAD_SIZE;
                     else if (length == 0 && lane == 0)
                         lane_status = STATUS_CORRUPT;
                 }
                 copy_row = length == 0 && lane > 0;  // a zero row length copies the row above
+                if (lane < h && !copy_row && lane_status == STATUS_OK)
+                    reservoir_start(row.in, data, data_size, row_start);
                 row.run_index = run_index;
                 for (int ctx = 0; ctx < CONTEXTS; ++ctx) {
                     // a mean mapped residual of 1.5 * 2**k, weighted as INITIAL_COUNT samples
@@ -238,71 +240,72 @@ L3_DEVICE void decode_compact_tile(const unsigned char* __restrict__ data, long 
 
     // ---- the wavefront, in strips of `strip` steps between writes
     const int steps = w + h - 1;
-    const int strip = whole_tile ? steps : ring - COMPACT_TILE_HEIGHT;
-    int x_w = 0;   // this row's last sample: W of the next one
-    int x_ww = 0;  // the one before: WW (row 0)
-    int x_nw = 0;  // N received at the previous step: NW of this one
-    int out_value = 0, out_mapped = 0;  // what this lane produced at the last step
-    int written = 0;  // columns already written out
+    // a strip's write ends each row at a 32-byte boundary, up to 31 columns before the columns
+    // every row has finished, so the ring keeps COMPACT_TILE_HEIGHT + 32 columns besides the strip
+    const int strip = whole_tile ? steps : ring - 2 * COMPACT_TILE_HEIGHT;
+    // lane 0 receives its own last sample as N, so its x_nw is the sample before that (WW)
+    int x_w = 0;         // this row's last sample: W of the next one, and N of the row below
+    int x_nw = 0;        // N received at the previous step: NW of this one
+    int written = 0;  // columns already written out (up to each row's sector boundary before them)
     for (int s0 = 0; s0 < steps; s0 += strip) {
         const int s1 = min_of(s0 + strip, steps);
-        if (decoding) {
+        if (decoding && source == SOURCE_CODED) {
             for (int s = s0; s < s1; ++s) {
-                const unsigned long long mine = ((unsigned long long)(unsigned)out_mapped << 32) | (unsigned)out_value;
+                const unsigned long long mine = ((unsigned long long)(unsigned)row.mapped << 32) | (unsigned)x_w;
                 const unsigned long long above = __shfl_up_sync(L3_FULL_MASK, mine, 1);
                 const int up = (int)(unsigned)above;
                 const int col = s - lane;
                 if (lane < h && col >= 0 && col < w) {
                     int x;
-                    int m = 0;
-                    if (source == SOURCE_CODED) {
-                        if (copy_row) {
-                            x = up;
-                        } else {
-                            int nw_, n_, w_;
-                            if (lane == 0) {
-                                if (col == 0) {
-                                    w_ = n_ = nw_ = 1 << (BITS - 1);
-                                } else {
-                                    w_ = n_ = x_w;
-                                    nw_ = col == 1 ? x_w : x_ww;
-                                }
-                            } else if (col == 0) {
-                                w_ = n_ = nw_ = up;
-                            } else {
-                                w_ = x_w;
-                                n_ = up;
-                                nw_ = x_nw;
-                            }
-                            const int mapped_up = lane > 0 ? (int)(above >> 32) : 0;
-                            x = decode_sample<BITS>(data, data_size, row, ctx_a, ctx_n, w_, n_, nw_, mapped_up,
-                                                    w - col);
-                            m = row.mapped;
-                        }
-                    } else if (source == SOURCE_CONSTANT) {
-                        x = row.run_value;
-                    } else if (source == SOURCE_RAW) {
-                        x = (int)load_sample<T>(data, data_size, row.pos + (long long)col * (long long)sizeof(T));
+                    if (copy_row) {
+                        x = up;
                     } else {
-                        x = 0;
+                        int nw_, n_, w_;
+                        if (lane == 0) {
+                            if (col == 0) {
+                                w_ = n_ = nw_ = 1 << (BITS - 1);
+                            } else {
+                                w_ = n_ = x_w;
+                                nw_ = col == 1 ? x_w : x_nw;
+                            }
+                        } else if (col == 0) {
+                            w_ = n_ = nw_ = up;
+                        } else {
+                            w_ = x_w;
+                            n_ = up;
+                            nw_ = x_nw;
+                        }
+                        const int mapped_up = lane > 0 ? (int)(above >> 32) : 0;
+                        x = decode_sample<BITS>(data, data_size, row, ctx_a, ctx_n, w_, n_, nw_, mapped_up, w - col);
                     }
                     my_stage[col & (ring - 1)] = (T)x;
-                    x_ww = x_w;
                     x_w = x;
-                    out_value = x;
-                    out_mapped = m;
                 }
                 x_nw = up;
+            }
+        } else if (decoding) {
+            // constant, raw or failed (run_value 0): the columns the wavefront would have staged,
+            // row by row, consecutive lanes on consecutive samples (a raw row is contiguous)
+            T* plane = my_stage - lane * ring;
+#pragma unroll 1
+            for (int r = 0; r < h; ++r) {
+                const int c1 = min_of(w, s1 - r);
+#pragma unroll 1
+                for (int col = max_of(0, s0 - r) + lane; col < c1; col += 32)
+                    plane[r * ring + (col & (ring - 1))] =
+                        source == SOURCE_RAW
+                            ? (T)load_sample<T>(data, data_size, row.in.next + (r * w + col) * (int)sizeof(T))
+                            : (T)row.run_value;
             }
         }
         __syncthreads();
         // after steps [0, s1) row r has columns [0, s1 - r): all h rows have [0, s1 - h + 1)
         const int done = s1 == steps ? w : max_of(written, s1 - h + 1);
         const T* staged = stage;
-        write_tile_part<T, BITS>(writer, 0, h, written, done, channel * 32 + lane, blockDim.x * blockDim.y,
-                                 [&](int c, int r, int col) -> unsigned {
-                                     return staged[(c * COMPACT_TILE_HEIGHT + r) * ring + (col & (ring - 1))];
-                                 });
+        write_tile_sectors<T, BITS>(writer, 0, h, written, done, channel, blockDim.y, lane,
+                                    [&](int c, int r, int col) -> unsigned {
+                                        return staged[(c * COMPACT_TILE_HEIGHT + r) * ring + (col & (ring - 1))];
+                                    });
         written = done;
         __syncthreads();
     }
@@ -311,7 +314,8 @@ L3_DEVICE void decode_compact_tile(const unsigned char* __restrict__ data, long 
     if (decoding) {
         int code = lane_status;
         if (source == SOURCE_CODED) {
-            if (lane_status == STATUS_OK && lane < h && !copy_row && (row.pos != row_end || row.error))
+            if (lane_status == STATUS_OK && lane < h && !copy_row &&
+                (reservoir_position(row.in) != row_end || row.error))
                 lane_status = STATUS_CORRUPT;
             const unsigned failing = __ballot_sync(L3_FULL_MASK, lane_status != STATUS_OK);
             const int first = failing ? __ffs(failing) - 1 : h - 1;

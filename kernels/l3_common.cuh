@@ -12,6 +12,14 @@
 #define L3_HOST_DEVICE __host__ __device__ inline
 #define L3_FULL_MASK 0xffffffffu
 
+// A loop nvcc unrolls completely. The host emulation's g++ is asked to unroll it too, so that its
+// basic blocks match the SASS when bench/gpu.py prices the blocks it ran with the SASS's lines.
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#define L3_UNROLL _Pragma("unroll")
+#else
+#define L3_UNROLL _Pragma("GCC unroll 32")
+#endif
+
 // A decode kernel taking 8- and 16-bit items alike, so a batch needs one launch per mode:
 // every block decodes one tile of one item, so the branch is uniform across the block and
 // its barriers. tile_decoder<T, BITS> has the kernel's parameters.
@@ -173,6 +181,50 @@ L3_DEVICE unsigned read_bits(const unsigned char* __restrict__ data, long long s
     return (unsigned)(peek_bits(data, size, bit_pos) & ((1ull << count) - 1));
 }
 
+// Four little-endian bytes from byte pos, a multiple of 4 and not negative: one aligned 32-bit
+// load unless the word reaches past data_size (or the buffer itself is unaligned).
+L3_DEVICE unsigned load_word(const unsigned char* __restrict__ data, long long size, long long pos) {
+    if (pos + 4 <= size && (reinterpret_cast<unsigned long long>(data) & 3) == 0)
+        return *reinterpret_cast<const unsigned*>(data + pos);
+    return load_byte(data, size, pos) | load_byte(data, size, pos + 1) << 8 | load_byte(data, size, pos + 2) << 16 |
+           load_byte(data, size, pos + 3) << 24;
+}
+
+// A lane's bit reservoir over its bit stream (LSB first, the bits peek_bits returns): `bits`
+// holds the next `count` bits (the bits above them are zero); refill() tops it up to at least
+// 32 with one aligned 4-byte load, so a reader sees every stream byte once.
+struct BitReservoir {
+    unsigned long long bits;
+    long long next;  // byte offset of the next word to load (a multiple of 4)
+    int count;
+};
+
+L3_DEVICE void reservoir_start(BitReservoir& in, const unsigned char* __restrict__ data, long long size,
+                               long long bit_pos) {
+    const int skip = (int)(bit_pos & 31);
+    in.next = (bit_pos >> 5) * 4;
+    in.bits = load_word(data, size, in.next) >> skip;
+    in.count = 32 - skip;
+    in.next += 4;
+}
+
+// Afterwards at least 32 bits are in the reservoir.
+L3_DEVICE void refill(BitReservoir& in, const unsigned char* __restrict__ data, long long size) {
+    if (in.count < 32) {
+        in.bits |= (unsigned long long)load_word(data, size, in.next) << in.count;
+        in.next += 4;
+        in.count += 32;
+    }
+}
+
+L3_DEVICE void consume(BitReservoir& in, int count) {
+    in.bits >>= count;
+    in.count -= count;
+}
+
+// The bit position of the next unread bit.
+L3_DEVICE long long reservoir_position(const BitReservoir& in) { return in.next * 8 - in.count; }
+
 // One little-endian sample of sizeof(T) bytes (constant and raw streams).
 template <typename T>
 L3_DEVICE unsigned load_sample(const unsigned char* __restrict__ data, long long size, long long pos) {
@@ -225,7 +277,7 @@ L3_DEVICE unsigned add_green(unsigned difference, unsigned green) {
 
 template <typename V>
 L3_DEVICE V warp_inclusive_scan(V value, int lane) {
-#pragma unroll
+L3_UNROLL
     for (int delta = 1; delta < 32; delta <<= 1) {
         const V other = __shfl_up_sync(L3_FULL_MASK, value, delta);
         if (lane >= delta) value += other;
@@ -317,6 +369,89 @@ L3_DEVICE void write_tile_part(const TileWriter& writer, int r0, int r1, int c0,
         unsigned value = fetch(channel, r, c);
         if (green && (channel == 0 || channel == 2)) value = add_green<BITS>(value, fetch(1, r, c));
         reinterpret_cast<T*>(base + row * pitch)[sample] = (T)value;
+    }
+}
+
+
+// The sample the output holds at (channel, tile row, tile column): fetch's staged sample after the
+// inverse colour transform.
+template <int BITS, typename Fetch>
+L3_DEVICE unsigned output_sample(const TileWriter& writer, const Fetch& fetch, int channel, int r, int c) {
+    const unsigned value = fetch(channel, r, c);
+    if (writer.green && (channel == 0 || channel == 2)) return add_green<BITS>(value, fetch(1, r, c));
+    return value;
+}
+
+// Where write_tile_sectors ends an output row whose first byte is at an address `misalign`
+// past a 128-byte boundary, once the tile's columns before c are staged: the region's end
+// once c reaches it, else the 32-byte boundary at or before column c, but not before the row's
+// start. In bytes from that 128-byte boundary.
+L3_DEVICE int sector_boundary(const TileWriter& writer, int misalign, int c, int pixel_bytes) {
+    if (c >= writer.col_hi) return misalign + (writer.col_hi - writer.col_lo) * pixel_bytes;
+    if (c <= writer.col_lo) return misalign;
+    return max_of(misalign, (misalign + (c - writer.col_lo) * pixel_bytes) & ~31);
+}
+
+// Write the staged samples of tile rows [r0, r1) and columns [c0, c1) inside the region (as
+// write_tile_part), with each output row cut at sector_boundary: calls for consecutive column
+// ranges write every byte once, and columns from c0 - 31 on must still be staged. Warp `warp`
+// of `warps` writes rows r0 + warp, r0 + warp + warps, ...: lane i the i-th 4-byte word of each
+// 128-byte aligned span of the row, so a warp's stores fill whole 32-byte sectors except at the
+// region's edges, whose partial words are written byte by byte.
+template <typename T, int BITS, typename Fetch>
+L3_DEVICE void write_tile_sectors(const TileWriter& writer, int r0, int r1, int c0, int c1, int warp, int warps,
+                                  int lane, const Fetch& fetch) {
+    r0 = max_of(r0, writer.row_lo);
+    r1 = min_of(r1, writer.row_hi);
+    const int channels = writer.channels;
+    const int pixel_bytes = channels * (int)sizeof(T);
+    // channels is 1..4: a shift, or for 3 a division by a constant (a multiply)
+    const auto pixel_of = [channels](unsigned sample) -> unsigned {
+        return channels == 3 ? sample / 3u : sample >> (channels >> 1);
+    };
+#pragma unroll 1
+    for (int r = r0 + warp; r < r1; r += warps) {
+        unsigned char* const row_out = writer.out + (r - writer.row_lo) * writer.pitch;
+        // byte offsets from the 128-byte boundary at or before the row's first byte
+        const int misalign = (int)(reinterpret_cast<unsigned long long>(row_out) & 127);
+        unsigned char* const span = row_out - misalign;
+        const int lo = sector_boundary(writer, misalign, c0, pixel_bytes);
+        const int hi = sector_boundary(writer, misalign, c1, pixel_bytes);
+        // the same number of spans for every lane, a __syncwarp after each: one store instruction
+        // per span, as on a GPU, for the emulator's traffic counts too
+#pragma unroll 1
+        for (int span_start = lo & ~127; span_start < hi; span_start += 128) {
+            const int word = span_start + 4 * lane;
+            if (word + 4 <= lo || word >= hi) {
+                // outside the row's bytes
+            } else if (word >= lo && word + 4 <= hi) {  // the samples of a whole word (sizeof(T) divides 4)
+                const unsigned sample = (unsigned)(word - misalign) / (unsigned)sizeof(T);
+                unsigned pixel = pixel_of(sample);
+                int channel = (int)(sample - pixel * channels);
+                unsigned value = 0;
+L3_UNROLL
+                for (int i = 0; i < 4 / (int)sizeof(T); ++i) {
+                    value |= output_sample<BITS>(writer, fetch, channel, r, writer.col_lo + (int)pixel)
+                             << (8 * (int)sizeof(T) * i);
+                    if (++channel == channels) {
+                        channel = 0;
+                        ++pixel;
+                    }
+                }
+                *reinterpret_cast<unsigned*>(span + word) = value;
+            } else {  // a word cut by the region's edge
+#pragma unroll 1
+                for (int byte = max_of(word, lo); byte < min_of(word + 4, hi); ++byte) {
+                    const unsigned offset = (unsigned)(byte - misalign);
+                    const unsigned sample = offset / (unsigned)sizeof(T);
+                    const unsigned pixel = pixel_of(sample);
+                    const unsigned value = output_sample<BITS>(writer, fetch, (int)(sample - pixel * channels), r,
+                                                               writer.col_lo + (int)pixel);
+                    span[byte] = (unsigned char)(value >> (8 * (offset % sizeof(T))));
+                }
+            }
+            __syncwarp();
+        }
     }
 }
 

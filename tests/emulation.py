@@ -378,6 +378,14 @@ class GuardedBuffer:
             raise OSError(ctypes.get_errno(), "mprotect failed")
 
 
+def aligned_full(size: int, value: int, alignment: int = 256) -> np.ndarray:
+    """`size` bytes of `value` at an `alignment`-aligned address, as a GPU allocation is: the traffic
+    counters' sectors are offsets from the array's start, and the kernels align stores to addresses."""
+    raw = np.full(size + alignment, value, np.uint8)
+    skip = -raw.ctypes.data % alignment
+    return raw[skip : skip + size]
+
+
 def decode_batch_emulated(
     items,
     regions=None,
@@ -406,7 +414,7 @@ def decode_batch_emulated(
     lib = kernel_library("traffic" if traffic is not None else "coverage" if coverage is not None else "plain")
     data = GuardedBuffer(batch.data, guard)
     starts, ends = batch.stream_starts + data.shift, batch.stream_ends + data.shift
-    out = np.full(batch.out_size + CANARY_BYTES, CANARY, np.uint8)
+    out = aligned_full(batch.out_size + CANARY_BYTES, CANARY)
     status = np.zeros(len(batch.infos), np.int32)
     for launch in batch.launches:
         table_items = np.ascontiguousarray(launch.items)

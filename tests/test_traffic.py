@@ -273,3 +273,34 @@ def test_kernels_write_every_output_byte_once(mode):
     assert counts(traffic, "data", False)["bytes"] >= (batch.stream_ends - batch.stream_starts).sum()
     # no status is reported on good streams
     assert counts(traffic, "status", True)["lane_accesses"] == 0
+
+
+def test_compact_reads_its_input_about_once_and_writes_whole_sectors():
+    """Each lane's bit reservoir loads its row's 4-byte words once, raw rows are loaded by the warp
+    together, and the write-out cuts rows at 32-byte boundaries (strips included), so only the two
+    ends of each tile row's output span can leave a sector partly written."""
+    rng = np.random.default_rng(5)
+    images = [
+        _image(rng, 64, 300, 3),  # coded streams, tiles 272 wide: written in strips
+        rng.integers(0, 256, (40, 290, 1), dtype=np.uint8),  # noise: raw streams
+        (_image(rng, 33, 40, 2).astype(np.uint16) * 300),  # 16-bit, one whole-tile strip
+    ]
+    datas = [l3codec.encode(image, mode="compact", tile_width=272) for image in images]
+    traffic = Traffic()
+    decoded, status = decode_batch_emulated(datas, traffic=traffic)
+    assert not status.any()
+    for image, got in zip(images, decoded):
+        assert np.array_equal(got.reshape(image.shape), image)
+    assert "raw" in {kind for data in datas for kind in _stream_kinds(data)}
+    compressed = sum(len(data) for data in datas)
+    assert counts(traffic, "data", False)["bytes"] <= 2 * compressed
+    out_bytes = sum(image.nbytes for image in images)
+    stored = counts(traffic, "out", True)
+    assert stored["bytes"] == out_bytes
+    spans = sum(image.shape[0] * -(-image.shape[1] // 272) for image in images)  # rows x tiles across
+    assert SECTOR * stored["full_sectors"] >= out_bytes - 2 * (SECTOR - 1) * spans
+
+
+def _stream_kinds(data):
+    parsed = l3codec.format.parse(data)
+    return [("constant", "coded", "raw")[data[start]] for start in parsed.stream_starts]
