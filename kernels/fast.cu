@@ -1,72 +1,208 @@
-// `fast` mode GPU decoder: one block of 128 threads per tile, the channels and rows of the
-// tile in order, every row decoded in parallel (l3codec/fast.py).
+// `fast` mode GPU decoder (format version 2, l3codec/fast.py, docs/FORMAT.md §7): one block of
+// FAST_THREADS threads per tile, the channels and rows of the tile in order, every row decoded
+// in parallel.
 //
-// Per row: thread t reads the width fields of groups 2t and 2t+1 (at most 256 groups), a
-// block-wide exclusive scan turns widths into bit offsets, then every thread unpacks
-// its columns' mapped residuals from the widths alone. Row 0 is a delta along the row
-// (a block scan of the unzigzagged residuals, exact modulo 2**bits); later rows decode
-// their even columns from N, __syncthreads, then their odd columns from the even ones.
+// Per row: the `any` bit; thread t owns group t (FAST_GROUPS_PER_THREAD groups when groups are
+// narrower): its flag, a block scan of the flags places its header, the header gives the group's
+// bit length, a block scan of the lengths places its data. Then thread t decodes column t of each
+// FAST_THREADS-column chunk. A packed sample and a Rice remainder sit at fixed offsets; a Rice
+// quotient comes from the group's unary part, whose ones the group's lanes rank with popcounts
+// into a shared table (one_at[rank] = position), so sample i's quotient is
+// one_at[i] - one_at[i - 1] - 1. Row 0 is a delta along the row (a block scan of the residuals,
+// exact modulo 2**bits); later rows are predicted in FAST_PHASES passes, a barrier after each.
 //
-// Rows are staged in a ring in dynamic shared memory, per channel; each band of
-// ring - 1 rows is written out (all channels, inverse colour transform, coalesced)
-// once every channel has decoded it, the ring's spare row keeping the row above.
+// Every read stops at the end of the item's file: bytes past it read as zero, as the CPU decoder
+// reads a file, so both see the same bits wherever a corrupt stream sends them.
+//
+// Rows are staged in a ring in dynamic shared memory, per channel; each band of ring - 1 rows is
+// written out (all channels, inverse colour transform, coalesced) once every channel has decoded
+// it, the ring's spare row keeping the row above.
 #include "l3_common.cuh"
 
 namespace l3 {
 
-// The fixed part of the dynamic shared memory (FAST_FIXED_BYTES).
+enum : int {  // fast.py (tests/test_cuda_c.py checks them)
+    FAST_GROUP_SIZE = 32,
+    FAST_QSUM_BITS = 6,
+    FAST_PHASES = 4,
+};
+
+enum : int {
+    FAST_PERIOD = 1 << (FAST_PHASES - 1),                // phase 0 predicts every FAST_PERIOD-th column from N
+    FAST_ROW_GROUPS = 4096 / FAST_GROUP_SIZE,            // groups of the widest tile row (format.MAX_TILE_WIDTH)
+    FAST_GROUPS_PER_THREAD = (FAST_ROW_GROUPS + FAST_THREADS - 1) / FAST_THREADS,
+    FAST_CODE_SHIFT = 5,                                 // a group's table entry: code (5 bits), qsum, data offset
+    FAST_OFFSET_SHIFT = FAST_CODE_SHIFT + FAST_QSUM_BITS,
+};
+static_assert(FAST_THREADS % FAST_GROUP_SIZE == 0, "a chunk of columns holds whole groups");
+static_assert(FAST_GROUP_SIZE <= 64, "a group's unary part is ranked in words of at most 64 bits");
+// the longest row: 4096 samples of MAX_K + 1 <= 15 bits plus every group's qsum
+static_assert((4096LL * 15 + FAST_ROW_GROUPS * (1 << FAST_QSUM_BITS)) < (1LL << (32 - FAST_OFFSET_SHIFT)),
+              "a row's data offsets fit a group's table entry");
+
+// fast.py's header fields: the code's width, and the largest Rice parameter
+template <int BITS>
+L3_DEVICE constexpr int fast_code_bits() { return BITS == 8 ? 4 : 5; }
+template <int BITS>
+L3_DEVICE constexpr int fast_max_k() { return (1 << fast_code_bits<BITS>()) - BITS - 2; }
+
+// The fixed part of the dynamic shared memory (at most FAST_FIXED_BYTES; the staged rows follow).
 struct FastShared {
     TileWriter writer;
-    long long data_pos[4];  // next residual bit of each channel's stream
-    long long start[4];
-    long long end[4];
+    long long data_pos[4];  // bit position of each channel's next row
+    long long end[4];       // each channel's stream end (byte)
     int status[4];
     int source[4];  // SOURCE_*
     int value[4];   // the sample of a constant stream
     int scan[FAST_THREADS / 32];
-    int groups[FAST_MAX_GROUPS];  // per group of the current row: (bit offset << 5) | width
+    // per group of the current row: (data bit offset << FAST_OFFSET_SHIFT) | (qsum << FAST_CODE_SHIFT) | code;
+    // 0 (packed, width 0) for an unflagged group
+    unsigned group[FAST_ROW_GROUPS];
+    // per chunk of columns (two, alternating): the positions of each Rice group's ones, by rank
+    unsigned short one_at[2][FAST_THREADS];
 };
-static_assert(sizeof(FastShared) == FAST_FIXED_BYTES, "FAST_FIXED_BYTES must match FastShared");
+static_assert(sizeof(FastShared) <= FAST_FIXED_BYTES, "FastShared must fit FAST_FIXED_BYTES");
 static_assert(FAST_FIXED_BYTES % 16 == 0, "the staged rows must stay aligned");
 
-enum : int { GROUP_BAD = 1 << 20 };  // added to a group's bit count when its width exceeds bits
+// A word of a group's unary part: FAST_GROUP_SIZE bits at most.
+template <bool WIDE>
+struct FastWordOf {
+    typedef unsigned type;
+};
+template <>
+struct FastWordOf<true> {
+    typedef unsigned long long type;
+};
+typedef FastWordOf<(FAST_GROUP_SIZE > 32)>::type FastWord;
 
-// Decode row r of a coded stream into row[0..w) (row_above is row r - 1). Block-uniform:
-// every thread calls it with the same arguments. Updates sh.data_pos, or on a bad row
-// sh.status and sh.source, as cpu.decode_fast_stream does after decode_fast_row.
+L3_DEVICE int popcount(unsigned v) { return __popc(v); }
+L3_DEVICE int popcount(unsigned long long v) { return __popcll(v); }
+
+// count (1..FAST_GROUP_SIZE) bits at bit_pos.
+L3_DEVICE unsigned long long read_fast_word(const unsigned char* __restrict__ data, long long size, long long bit_pos,
+                                            int count) {
+    if (FAST_GROUP_SIZE <= 32 || count <= 32) return read_bits(data, size, bit_pos, count);
+    return read_bits(data, size, bit_pos, 32) | (unsigned long long)read_bits(data, size, bit_pos + 32, count - 32) << 32;
+}
+
+// Decode row r of a coded stream into row[0..w) (row_above is row r - 1). Block-uniform: every
+// thread calls it with the same arguments. Updates sh.data_pos, or on a bad row sh.status and
+// sh.source, as fast.decode_fast_stream does row by row: headers, then the row's end, then values.
 template <typename T, int BITS>
 L3_DEVICE void decode_fast_row(const unsigned char* __restrict__ data, long long size, FastShared& sh, int channel,
                                int r, int w, T* row, const T* row_above) {
-    constexpr int field_bits = BITS == 8 ? 4 : 5;  // fast.width_field_bits
+    constexpr int code_bits = fast_code_bits<BITS>();
+    constexpr int header_bits = code_bits + FAST_QSUM_BITS;
     constexpr int mask = (1 << BITS) - 1;
     const int tid = threadIdx.x;
-    const int groups = (w + GROUP_SIZE - 1) / GROUP_SIZE;
-    const long long data_pos = sh.data_pos[channel];
-    const long long field_pos = (sh.start[channel] + 1) * 8 + (long long)r * groups * field_bits;
+    const int groups = (w + FAST_GROUP_SIZE - 1) / FAST_GROUP_SIZE;
+    const long long row_pos = sh.data_pos[channel];
+    const bool any = read_bits(data, size, row_pos, 1) != 0;  // block-uniform
+    long long data_start = row_pos + 1;  // of the groups' data
+    long long row_end = row_pos + 1;
+    bool bad_header = false;
 
-    // thread t reads the width fields of groups 2t and 2t + 1
-    int width[2] = {0, 0}, group_bits[2] = {0, 0};
-    for (int k = 0; k < 2; ++k) {
-        const int g = 2 * tid + k;
-        if (g < groups) {
-            width[k] = (int)read_bits(data, size, field_pos + g * field_bits, field_bits);
-            group_bits[k] = width[k] * min_of((int)GROUP_SIZE, w - g * GROUP_SIZE) + (width[k] > BITS ? GROUP_BAD : 0);
+    if (any) {
+        // thread t owns groups t * FAST_GROUPS_PER_THREAD + j: flags, then headers, then lengths
+        int flags = 0;
+        for (int j = 0; j < FAST_GROUPS_PER_THREAD; ++j) {
+            const int g = tid * FAST_GROUPS_PER_THREAD + j;
+            if (g < groups) flags += (int)read_bits(data, size, row_pos + 1 + g, 1);
         }
+        int flagged;
+        int header = block_exclusive_scan(flags, sh.scan, &flagged);
+        __syncthreads();  // the scan's warp sums are reused
+        const long long header_pos = row_pos + 1 + groups;
+        unsigned entry[FAST_GROUPS_PER_THREAD];
+        int length[FAST_GROUPS_PER_THREAD];
+        int lengths = 0;
+        bool bad = false;
+        for (int j = 0; j < FAST_GROUPS_PER_THREAD; ++j) {
+            const int g = tid * FAST_GROUPS_PER_THREAD + j;
+            entry[j] = 0;
+            length[j] = 0;
+            if (g < groups && read_bits(data, size, row_pos + 1 + g, 1)) {
+                const unsigned fields = read_bits(data, size, header_pos + (long long)header * header_bits, header_bits);
+                ++header;
+                const int code = (int)(fields & ((1u << code_bits) - 1));
+                const int qsum = (int)(fields >> code_bits);
+                const int n = min_of((int)FAST_GROUP_SIZE, w - g * FAST_GROUP_SIZE);
+                if (code <= BITS) {  // packed, code bits per sample; qsum unused
+                    bad |= qsum != 0;
+                    length[j] = n * code;
+                } else {  // Rice: n remainders of k bits, n ones and qsum zeros of unary
+                    const int k = code - BITS - 1;
+                    bad |= k > fast_max_k<BITS>();
+                    length[j] = n * (k + 1) + qsum;
+                }
+                entry[j] = ((unsigned)qsum << FAST_CODE_SHIFT) | (unsigned)code;
+                lengths += length[j];
+            }
+        }
+        int total;
+        int offset = block_exclusive_scan(lengths, sh.scan, &total);
+        for (int j = 0; j < FAST_GROUPS_PER_THREAD; ++j) {
+            const int g = tid * FAST_GROUPS_PER_THREAD + j;
+            if (g < groups) sh.group[g] = entry[j] | ((unsigned)offset << FAST_OFFSET_SHIFT);
+            offset += length[j];
+        }
+        data_start = header_pos + (long long)flagged * header_bits;
+        row_end = data_start + total;
+        bad_header = __syncthreads_or(bad);  // and sh.group is complete
     }
-    int total;
-    const int offset = block_exclusive_scan(group_bits[0] + group_bits[1], sh.scan, &total);
-    if (2 * tid < groups) sh.groups[2 * tid] = ((offset & (GROUP_BAD - 1)) << 5) | width[0];
-    if (2 * tid + 1 < groups)
-        sh.groups[2 * tid + 1] = (((offset + group_bits[0]) & (GROUP_BAD - 1)) << 5) | width[1];
-    __syncthreads();
 
-    for (int col = tid; col < w; col += FAST_THREADS) {
-        const int group = sh.groups[col / GROUP_SIZE];
-        const int group_width = group & 31;
-        const long long pos = data_pos + (group >> 5) + (col % GROUP_SIZE) * group_width;
-        row[col] = (T)read_bits(data, size, pos, group_width);
+    // the mapped residuals, FAST_THREADS columns at a time (a block-uniform loop)
+    bool corrupt = false;
+    for (int c0 = 0; c0 < w; c0 += FAST_THREADS) {
+        const int col = c0 + tid;
+        unsigned short* one_at = sh.one_at[(c0 / FAST_THREADS) & 1];
+        int mapped = 0, k = -1, lane = 0, remainder = 0;
+        bool unary_ok = false;
+        if (any && col < w) {
+            const int g = col / FAST_GROUP_SIZE;
+            const unsigned entry = sh.group[g];
+            const int code = (int)(entry & ((1u << FAST_CODE_SHIFT) - 1));
+            const int qsum = (int)((entry >> FAST_CODE_SHIFT) & ((1u << FAST_QSUM_BITS) - 1));
+            const long long pos = data_start + (entry >> FAST_OFFSET_SHIFT);
+            const int n = min_of((int)FAST_GROUP_SIZE, w - g * FAST_GROUP_SIZE);
+            lane = col - g * FAST_GROUP_SIZE;
+            if (code <= BITS) {
+                mapped = (int)read_bits(data, size, pos + (long long)lane * code, code);
+            } else {
+                k = code - BITS - 1;
+                remainder = (int)read_bits(data, size, pos + (long long)lane * k, k);
+                // the unary part (n + qsum bits) in words of n bits: lane i files the one at bit i of a
+                // word under its rank, so the group's one_at[rank] holds the rank-th one's position
+                const long long unary = pos + (long long)n * k;
+                const int unary_bits = n + qsum;
+                int ones = 0;
+                bool last = false;
+                for (int at = 0; at < unary_bits; at += n) {
+                    const int count = min_of(n, unary_bits - at);
+                    const FastWord word = (FastWord)read_fast_word(data, size, unary + at, count);
+                    if ((word >> lane) & 1) {
+                        const int rank = ones + popcount(word & ((FastWord(1) << lane) - 1));
+                        if (rank < n) one_at[tid - lane + rank] = (unsigned short)(at + lane);
+                    }
+                    ones += popcount(word);
+                    last = (word >> (count - 1)) & 1;
+                }
+                unary_ok = ones == n && last;  // n codes, ending with the part: the quotients sum to qsum
+            }
+        }
+        __syncthreads();  // one_at is filed
+        if (k >= 0) {
+            if (unary_ok) {
+                const int quotient = one_at[tid] - (lane ? one_at[tid - 1] + 1 : 0);
+                mapped = (quotient << k) | remainder;
+                corrupt |= mapped > mask;
+            } else {
+                corrupt = true;
+            }
+        }
+        if (col < w) row[col] = (T)(mapped & mask);
     }
-    __syncthreads();
+    const bool row_corrupt = __syncthreads_or(corrupt);  // and the residuals are staged
 
     if (r == 0) {
         // X[0][c] = (half + sum of unzigzag(m[0..c])) mod 2**bits: each thread a run of columns
@@ -81,28 +217,39 @@ L3_DEVICE void decode_fast_row(const unsigned char* __restrict__ data, long long
             row[c] = (T)(value & mask);
         }
     } else {
-        for (int col = 2 * tid; col < w; col += 2 * FAST_THREADS)
-            row[col] = (T)((row_above[col] + unzigzag(row[col])) & mask);
-        __syncthreads();
-        for (int col = 2 * tid + 1; col < w; col += 2 * FAST_THREADS) {
-            const int left = row[col - 1];
-            const int up_left = row_above[col - 1];
-            const int right = col + 1 < w ? row[col + 1] : left;
-            const int up_right = col + 1 < w ? row_above[col + 1] : up_left;
-            const int predicted = med((left + right) >> 1, row_above[col], (up_left + up_right) >> 1);
-            row[col] = (T)((predicted + unzigzag(row[col])) & mask);
+        // phase 0: columns c % FAST_PERIOD == 0 from N; phase j: distance d = FAST_PERIOD >> j, columns
+        // c % 2d == d from their neighbours d away, decoded in earlier phases
+        for (int phase = 0; phase < FAST_PHASES; ++phase) {
+            const int step = phase == 0 ? FAST_PERIOD : FAST_PERIOD >> (phase - 1);
+            const int d = phase == 0 ? 0 : step >> 1;
+            for (int col = d + tid * step; col < w; col += FAST_THREADS * step) {
+                int predicted = row_above[col];
+                if (phase > 0) {
+                    const int left = row[col - d];
+                    const int up_left = row_above[col - d];
+                    const int right = col + d < w ? row[col + d] : left;
+                    const int up_right = col + d < w ? row_above[col + d] : up_left;
+                    predicted = med((left + right) >> 1, predicted, (up_left + up_right) >> 1);
+                }
+                row[col] = (T)((predicted + unzigzag(row[col])) & mask);
+            }
+            __syncthreads();
         }
     }
-    if (tid == 0) {
-        const long long next = data_pos + (total & (GROUP_BAD - 1));
-        if (total >= GROUP_BAD) {
-            sh.status[channel] = STATUS_BAD_HEADER;
-            sh.source[channel] = SOURCE_ZERO;
-        } else if (next > sh.end[channel] * 8) {
-            sh.status[channel] = STATUS_BAD_SIZE;
+    if (tid == 0) {  // fast.decode_fast_stream's checks, in its order
+        int code = STATUS_OK;
+        if (bad_header) {
+            code = STATUS_BAD_HEADER;
+        } else if (row_end > sh.end[channel] * 8) {
+            code = STATUS_BAD_SIZE;
+        } else if (row_corrupt) {
+            code = STATUS_CORRUPT;
+        }
+        if (code != STATUS_OK) {
+            sh.status[channel] = code;
             sh.source[channel] = SOURCE_ZERO;
         } else {
-            sh.data_pos[channel] = next;
+            sh.data_pos[channel] = row_end;
         }
     }
     __syncthreads();
@@ -130,6 +277,9 @@ L3_DEVICE void decode_fast_tile(const unsigned char* __restrict__ data, long lon
     const int w = (int)min_of(item.tile_width, item.width - tile_x0);
     const int ring = fast_ring_rows(channels, tile_width, item.tile_height, sizeof(T));
     const int band = ring - 1;
+    // the item's file ends with its last stream: reads stop there, as the CPU decoder's stop at the file's end
+    const long long tiles_y = (item.height + item.tile_height - 1) / item.tile_height;
+    const long long size = min_of(data_size, stream_ends[item.stream_base + tiles_y * item.tiles_x * channels - 1]);
 
     unsigned char* smem = l3_dynamic_shared();
     FastShared& sh = *reinterpret_cast<FastShared*>(smem);
@@ -138,9 +288,8 @@ L3_DEVICE void decode_fast_tile(const unsigned char* __restrict__ data, long lon
     if (tid < channels) {  // stream headers, one thread per channel
         const long long stream = item.stream_base + (task.tile_y * item.tiles_x + task.tile_x) * channels + tid;
         const long long start = stream_starts[stream], end = stream_ends[stream];
-        const int kind = (int)load_byte(data, data_size, start);
+        const int kind = (int)load_byte(data, size, start);
         int code = STATUS_OK, source = SOURCE_ZERO;
-        long long data_pos = 0;
         if (kind > KIND_RAW) {
             code = STATUS_BAD_KIND;
         } else if (kind == KIND_CONSTANT) {
@@ -148,16 +297,13 @@ L3_DEVICE void decode_fast_tile(const unsigned char* __restrict__ data, long lon
         } else if (kind == KIND_RAW) {
             if (end - start != 1 + (long long)sizeof(T) * h * w) code = STATUS_BAD_SIZE; else source = SOURCE_RAW;
         } else {
-            const long long row_fields = (long long)((w + GROUP_SIZE - 1) / GROUP_SIZE) * (BITS == 8 ? 4 : 5);
-            data_pos = (start + 1 + (h * row_fields + 7) / 8) * 8;
-            if (data_pos > end * 8) code = STATUS_BAD_SIZE; else source = SOURCE_CODED;
+            source = SOURCE_CODED;  // its rows are checked as they are decoded
         }
-        sh.start[tid] = start;
         sh.end[tid] = end;
-        sh.data_pos[tid] = data_pos;
+        sh.data_pos[tid] = (start + 1) * 8;  // a coded stream's rows start after the kind byte
         sh.status[tid] = code;
         sh.source[tid] = source;
-        sh.value[tid] = source == SOURCE_CONSTANT ? (int)load_sample<T>(data, data_size, start + 1) : 0;
+        sh.value[tid] = source == SOURCE_CONSTANT ? (int)load_sample<T>(data, size, start + 1) : 0;
     }
     if (tid == 0) init_tile_writer(sh.writer, item, out, tile_y0, tile_x0, h, w, sizeof(T));
     __syncthreads();
@@ -170,12 +316,12 @@ L3_DEVICE void decode_fast_tile(const unsigned char* __restrict__ data, long lon
                 T* row = plane + (r % ring) * tile_width;
                 const int source = sh.source[channel];  // block-uniform: changed only between barriers
                 if (source == SOURCE_CODED) {
-                    decode_fast_row<T, BITS>(data, data_size, sh, channel, r, w, row,
+                    decode_fast_row<T, BITS>(data, size, sh, channel, r, w, row,
                                              plane + ((r + ring - 1) % ring) * tile_width);
                 } else if (source == SOURCE_RAW) {
-                    const long long base = sh.start[channel] + 1 + (long long)r * w * (long long)sizeof(T);
+                    const long long base = (sh.data_pos[channel] >> 3) + (long long)r * w * (long long)sizeof(T);
                     for (int col = tid; col < w; col += FAST_THREADS)
-                        row[col] = (T)load_sample<T>(data, data_size, base + (long long)col * (long long)sizeof(T));
+                        row[col] = (T)load_sample<T>(data, size, base + (long long)col * (long long)sizeof(T));
                 } else {
                     const T value = (T)sh.value[channel];
                     for (int col = tid; col < w; col += FAST_THREADS) row[col] = value;
@@ -192,7 +338,7 @@ L3_DEVICE void decode_fast_tile(const unsigned char* __restrict__ data, long lon
 
     if (tid < channels) {
         int code = sh.status[tid];
-        // the stream ends in the byte holding its last residual bit
+        // the stream ends in the byte holding its last bit
         if (code == STATUS_OK && sh.source[tid] == SOURCE_CODED && (sh.data_pos[tid] + 7) / 8 != sh.end[tid])
             code = STATUS_BAD_SIZE;
         report_status(status, task.item, code);
