@@ -22,8 +22,8 @@
 namespace l3 {
 
 enum : int {  // fast.py (tests/test_cuda_c.py checks them)
-    FAST_GROUP_SIZE = 32,
-    FAST_QSUM_BITS = 6,
+    FAST_GROUP_SIZE = 64,
+    FAST_QSUM_BITS = 7,
     FAST_PHASES = 4,
 };
 
@@ -40,11 +40,12 @@ static_assert(FAST_GROUP_SIZE <= 64, "a group's unary part is ranked in words of
 static_assert((4096LL * 15 + FAST_ROW_GROUPS * (1 << FAST_QSUM_BITS)) < (1LL << (32 - FAST_OFFSET_SHIFT)),
               "a row's data offsets fit a group's table entry");
 
-// fast.py's header fields: the code's width, and the largest Rice parameter
+// fast.code_bits: a header's code, packed widths 0..bits then Rice parameters 0..fast.max_rice_k(bits) =
+// bits - 2, fills its field, so every code is legal
 template <int BITS>
 L3_DEVICE constexpr int fast_code_bits() { return BITS == 8 ? 4 : 5; }
-template <int BITS>
-L3_DEVICE constexpr int fast_max_k() { return (1 << fast_code_bits<BITS>()) - BITS - 2; }
+static_assert((1 << fast_code_bits<8>()) - 1 - 8 - 1 == 8 - 2 && (1 << fast_code_bits<16>()) - 1 - 16 - 1 == 16 - 2,
+              "the largest code is the largest Rice parameter");
 
 // The fixed part of the dynamic shared memory (at most FAST_FIXED_BYTES; the staged rows follow).
 struct FastShared {
@@ -87,7 +88,8 @@ L3_DEVICE unsigned long long read_fast_word(const unsigned char* __restrict__ da
 
 // Decode row r of a coded stream into row[0..w) (row_above is row r - 1). Block-uniform: every
 // thread calls it with the same arguments. Updates sh.data_pos, or on a bad row sh.status and
-// sh.source, as fast.decode_fast_stream does row by row: headers, then the row's end, then values.
+// sh.source, as fast.decode_fast_stream does row by row (§7.2: the row's headers in the stream,
+// their qsums, the row's end, then its Rice values).
 template <typename T, int BITS>
 L3_DEVICE void decode_fast_row(const unsigned char* __restrict__ data, long long size, FastShared& sh, int channel,
                                int r, int w, T* row, const T* row_above) {
@@ -131,9 +133,7 @@ L3_DEVICE void decode_fast_row(const unsigned char* __restrict__ data, long long
                     bad |= qsum != 0;
                     length[j] = n * code;
                 } else {  // Rice: n remainders of k bits, n ones and qsum zeros of unary
-                    const int k = code - BITS - 1;
-                    bad |= k > fast_max_k<BITS>();
-                    length[j] = n * (k + 1) + qsum;
+                    length[j] = n * (code - BITS) + qsum;  // k = code - BITS - 1
                 }
                 entry[j] = ((unsigned)qsum << FAST_CODE_SHIFT) | (unsigned)code;
                 lengths += length[j];
@@ -236,11 +236,14 @@ L3_DEVICE void decode_fast_row(const unsigned char* __restrict__ data, long long
             __syncthreads();
         }
     }
-    if (tid == 0) {  // fast.decode_fast_stream's checks, in its order
+    if (tid == 0) {  // fast.decode_fast_row's checks, in its order (docs/FORMAT.md §7.2)
+        const long long end = sh.end[channel] * 8;
         int code = STATUS_OK;
-        if (bad_header) {
+        if (data_start > end) {  // the A bit, or the flags and headers
+            code = STATUS_BAD_SIZE;
+        } else if (bad_header) {
             code = STATUS_BAD_HEADER;
-        } else if (row_end > sh.end[channel] * 8) {
+        } else if (row_end > end) {
             code = STATUS_BAD_SIZE;
         } else if (row_corrupt) {
             code = STATUS_CORRUPT;
