@@ -35,7 +35,6 @@ enum : int {
     FAST_OFFSET_SHIFT = FAST_CODE_SHIFT + FAST_QSUM_BITS,
 };
 static_assert(FAST_THREADS % FAST_GROUP_SIZE == 0, "a chunk of columns holds whole groups");
-static_assert(FAST_GROUP_SIZE <= 64, "a group's unary part is ranked in words of at most 64 bits");
 // the longest row: 4096 samples of MAX_K + 1 <= 15 bits plus every group's qsum
 static_assert((4096LL * 15 + FAST_ROW_GROUPS * (1 << FAST_QSUM_BITS)) < (1LL << (32 - FAST_OFFSET_SHIFT)),
               "a row's data offsets fit a group's table entry");
@@ -55,6 +54,8 @@ struct FastShared {
     int status[4];
     int source[4];  // SOURCE_*
     int value[4];   // the sample of a constant stream
+    long long row_data;  // the current row's first data bit (block-uniform, kept here, not in registers)
+    long long row_end;   // its end
     int scan[FAST_THREADS / 32];
     // per group of the current row: (data bit offset << FAST_OFFSET_SHIFT) | (qsum << FAST_CODE_SHIFT) | code;
     // 0 (packed, width 0) for an unflagged group
@@ -64,27 +65,6 @@ struct FastShared {
 };
 static_assert(sizeof(FastShared) <= FAST_FIXED_BYTES, "FastShared must fit FAST_FIXED_BYTES");
 static_assert(FAST_FIXED_BYTES % 16 == 0, "the staged rows must stay aligned");
-
-// A word of a group's unary part: FAST_GROUP_SIZE bits at most.
-template <bool WIDE>
-struct FastWordOf {
-    typedef unsigned type;
-};
-template <>
-struct FastWordOf<true> {
-    typedef unsigned long long type;
-};
-typedef FastWordOf<(FAST_GROUP_SIZE > 32)>::type FastWord;
-
-L3_DEVICE int popcount(unsigned v) { return __popc(v); }
-L3_DEVICE int popcount(unsigned long long v) { return __popcll(v); }
-
-// count (1..FAST_GROUP_SIZE) bits at bit_pos.
-L3_DEVICE unsigned long long read_fast_word(const unsigned char* __restrict__ data, long long size, long long bit_pos,
-                                            int count) {
-    if (FAST_GROUP_SIZE <= 32 || count <= 32) return read_bits(data, size, bit_pos, count);
-    return read_bits(data, size, bit_pos, 32) | (unsigned long long)read_bits(data, size, bit_pos + 32, count - 32) << 32;
-}
 
 // Decode row r of a coded stream into row[0..w) (row_above is row r - 1). Block-uniform: every
 // thread calls it with the same arguments. Updates sh.data_pos, or on a bad row sh.status and
@@ -100,9 +80,8 @@ L3_DEVICE void decode_fast_row(const unsigned char* __restrict__ data, long long
     const int groups = (w + FAST_GROUP_SIZE - 1) / FAST_GROUP_SIZE;
     const long long row_pos = sh.data_pos[channel];
     const bool any = read_bits(data, size, row_pos, 1) != 0;  // block-uniform
-    long long data_start = row_pos + 1;  // of the groups' data
-    long long row_end = row_pos + 1;
     bool bad_header = false;
+    if (tid == 0) sh.row_data = sh.row_end = row_pos + 1;  // read by thread 0 alone unless any
 
     if (any) {
         // thread t owns groups t * FAST_GROUPS_PER_THREAD + j: flags, then headers, then lengths
@@ -146,9 +125,11 @@ L3_DEVICE void decode_fast_row(const unsigned char* __restrict__ data, long long
             if (g < groups) sh.group[g] = entry[j] | ((unsigned)offset << FAST_OFFSET_SHIFT);
             offset += length[j];
         }
-        data_start = header_pos + (long long)flagged * header_bits;
-        row_end = data_start + total;
-        bad_header = __syncthreads_or(bad);  // and sh.group is complete
+        if (tid == 0) {
+            sh.row_data = header_pos + (long long)flagged * header_bits;
+            sh.row_end = sh.row_data + total;
+        }
+        bad_header = __syncthreads_or(bad);  // and sh.group, sh.row_data are complete
     }
 
     // the mapped residuals, FAST_THREADS columns at a time (a block-uniform loop)
@@ -163,7 +144,7 @@ L3_DEVICE void decode_fast_row(const unsigned char* __restrict__ data, long long
             const unsigned entry = sh.group[g];
             const int code = (int)(entry & ((1u << FAST_CODE_SHIFT) - 1));
             const int qsum = (int)((entry >> FAST_CODE_SHIFT) & ((1u << FAST_QSUM_BITS) - 1));
-            const long long pos = data_start + (entry >> FAST_OFFSET_SHIFT);
+            const long long pos = sh.row_data + (entry >> FAST_OFFSET_SHIFT);
             const int n = min_of((int)FAST_GROUP_SIZE, w - g * FAST_GROUP_SIZE);
             lane = col - g * FAST_GROUP_SIZE;
             if (code <= BITS) {
@@ -171,20 +152,21 @@ L3_DEVICE void decode_fast_row(const unsigned char* __restrict__ data, long long
             } else {
                 k = code - BITS - 1;
                 remainder = (int)read_bits(data, size, pos + (long long)lane * k, k);
-                // the unary part (n + qsum bits) in words of n bits: lane i files the one at bit i of a
-                // word under its rank, so the group's one_at[rank] holds the rank-th one's position
+                // the unary part (n + qsum bits) in words of up to 32 bits: lane i files the one at bit i
+                // of a word under its rank, so the group's one_at[rank] holds the rank-th one's position
                 const long long unary = pos + (long long)n * k;
                 const int unary_bits = n + qsum;
+                const int span = min_of(n, 32);
                 int ones = 0;
                 bool last = false;
-                for (int at = 0; at < unary_bits; at += n) {
-                    const int count = min_of(n, unary_bits - at);
-                    const FastWord word = (FastWord)read_fast_word(data, size, unary + at, count);
-                    if ((word >> lane) & 1) {
-                        const int rank = ones + popcount(word & ((FastWord(1) << lane) - 1));
+                for (int at = 0; at < unary_bits; at += span) {
+                    const int count = min_of(span, unary_bits - at);
+                    const unsigned word = read_bits(data, size, unary + at, count);
+                    if (lane < span && ((word >> lane) & 1)) {
+                        const int rank = ones + __popc(word & ((1u << lane) - 1));
                         if (rank < n) one_at[tid - lane + rank] = (unsigned short)(at + lane);
                     }
-                    ones += popcount(word);
+                    ones += __popc(word);
                     last = (word >> (count - 1)) & 1;
                 }
                 unary_ok = ones == n && last;  // n codes, ending with the part: the quotients sum to qsum
@@ -239,11 +221,11 @@ L3_DEVICE void decode_fast_row(const unsigned char* __restrict__ data, long long
     if (tid == 0) {  // fast.decode_fast_row's checks, in its order (docs/FORMAT.md §7.2)
         const long long end = sh.end[channel] * 8;
         int code = STATUS_OK;
-        if (data_start > end) {  // the A bit, or the flags and headers
+        if (sh.row_data > end) {  // the A bit, or the flags and headers
             code = STATUS_BAD_SIZE;
         } else if (bad_header) {
             code = STATUS_BAD_HEADER;
-        } else if (row_end > end) {
+        } else if (sh.row_end > end) {
             code = STATUS_BAD_SIZE;
         } else if (row_corrupt) {
             code = STATUS_CORRUPT;
@@ -252,7 +234,7 @@ L3_DEVICE void decode_fast_row(const unsigned char* __restrict__ data, long long
             sh.status[channel] = code;
             sh.source[channel] = SOURCE_ZERO;
         } else {
-            sh.data_pos[channel] = row_end;
+            sh.data_pos[channel] = sh.row_end;
         }
     }
     __syncthreads();
