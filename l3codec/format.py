@@ -31,7 +31,7 @@ TRANSFORM_RGB_MEAN = 2  # R - G, G, B - (R + G) / 2 (format version 2)
 TRANSFORM_NAMES = {TRANSFORM_NONE: "none", TRANSFORM_SUBTRACT_GREEN: "subtract-green", TRANSFORM_RGB_MEAN: "rg-mean"}
 TRANSFORMS = {name: value for value, name in TRANSFORM_NAMES.items()}
 # The encoder's transform for 3 and 4 channels, per mode: the smaller on the corpus (docs/FORMAT.md §3).
-DEFAULT_COLOUR_TRANSFORM = {MODE_COMPACT: TRANSFORM_SUBTRACT_GREEN, MODE_FAST: TRANSFORM_SUBTRACT_GREEN}
+DEFAULT_COLOUR_TRANSFORM = {MODE_COMPACT: TRANSFORM_RGB_MEAN, MODE_FAST: TRANSFORM_RGB_MEAN}
 
 # First byte of every stream (one stream per tile and channel).
 KIND_CONSTANT = 0
