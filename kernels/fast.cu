@@ -6,9 +6,9 @@
 // narrower): its flag, a block scan of the flags places its header, the header gives the group's
 // bit length, a block scan of the lengths places its data. Then thread t decodes column t of each
 // FAST_THREADS-column chunk. A packed sample and a Rice remainder sit at fixed offsets; a Rice
-// quotient comes from the group's unary part, whose ones the group's lanes rank with popcounts
-// into a shared table (one_at[rank] = position), so sample i's quotient is
-// one_at[i] - one_at[i - 1] - 1. Row 0 is a delta along the row (a block scan of the residuals,
+// quotient comes from the group's unary part, read by every lane of the group in words of up to
+// 32 bits: the lanes rank its ones with popcounts into a shared table (one_at[rank] = position),
+// so sample i's quotient is one_at[i] - one_at[i - 1] - 1. Row 0 is a delta along the row (a block scan of the residuals,
 // exact modulo 2**bits); later rows are predicted in FAST_PHASES passes, a barrier after each.
 //
 // Every read stops at the end of the item's file: bytes past it read as zero, as the CPU decoder
@@ -28,10 +28,10 @@ enum : int {  // fast.py (tests/test_cuda_c.py checks them)
 };
 
 enum : int {
-    FAST_PERIOD = 1 << (FAST_PHASES - 1),                // phase 0 predicts every FAST_PERIOD-th column from N
-    FAST_ROW_GROUPS = 4096 / FAST_GROUP_SIZE,            // groups of the widest tile row (format.MAX_TILE_WIDTH)
+    FAST_PERIOD = 1 << (FAST_PHASES - 1),      // phase 0 predicts every FAST_PERIOD-th column from N
+    FAST_ROW_GROUPS = 4096 / FAST_GROUP_SIZE,  // groups of the widest tile row (format.MAX_TILE_WIDTH)
     FAST_GROUPS_PER_THREAD = (FAST_ROW_GROUPS + FAST_THREADS - 1) / FAST_THREADS,
-    FAST_CODE_SHIFT = 5,                                 // a group's table entry: code (5 bits), qsum, data offset
+    FAST_CODE_SHIFT = 5,  // a group's table entry: code (5 bits), qsum, data offset
     FAST_OFFSET_SHIFT = FAST_CODE_SHIFT + FAST_QSUM_BITS,
 };
 static_assert(FAST_THREADS % FAST_GROUP_SIZE == 0, "a chunk of columns holds whole groups");
@@ -43,8 +43,8 @@ static_assert((4096LL * 15 + FAST_ROW_GROUPS * (1 << FAST_QSUM_BITS)) < (1LL << 
 // bits - 2, fills its field, so every code is legal
 template <int BITS>
 L3_DEVICE constexpr int fast_code_bits() { return BITS == 8 ? 4 : 5; }
-static_assert((1 << fast_code_bits<8>()) - 1 - 8 - 1 == 8 - 2 && (1 << fast_code_bits<16>()) - 1 - 16 - 1 == 16 - 2,
-              "the largest code is the largest Rice parameter");
+static_assert((1 << fast_code_bits<8>()) - 1 - 8 - 1 == 8 - 2, "the largest code is the largest Rice parameter");
+static_assert((1 << fast_code_bits<16>()) - 1 - 16 - 1 == 16 - 2, "the largest code is the largest Rice parameter");
 
 // The fixed part of the dynamic shared memory (at most FAST_FIXED_BYTES; the staged rows follow).
 struct FastShared {
@@ -103,7 +103,8 @@ L3_DEVICE void decode_fast_row(const unsigned char* __restrict__ data, long long
             entry[j] = 0;
             length[j] = 0;
             if (g < groups && read_bits(data, size, row_pos + 1 + g, 1)) {
-                const unsigned fields = read_bits(data, size, header_pos + (long long)header * header_bits, header_bits);
+                const unsigned fields =
+                    read_bits(data, size, header_pos + (long long)header * header_bits, header_bits);
                 ++header;
                 const int code = (int)(fields & ((1u << code_bits) - 1));
                 const int qsum = (int)(fields >> code_bits);

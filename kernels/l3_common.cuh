@@ -215,7 +215,7 @@ L3_DEVICE int rice_parameter(int a, int n) {
     return k;
 }
 
-// colour.add_green for one chroma sample: (difference + base - half) mod 2**bits.
+// colour.add_green for one chroma sample.
 template <int BITS>
 L3_DEVICE unsigned add_green(unsigned difference, unsigned green) {
     return (difference + green - (1u << (BITS - 1))) & ((1u << BITS) - 1);
@@ -319,7 +319,8 @@ L3_DEVICE void write_tile_part(const TileWriter& writer, int r0, int r1, int c0,
             // colour.py: R = P0 + G - half; B = P2 + G - half (subtract-green) or P2 + ((R + G) >> 1) - half
             const unsigned green = fetch(1, r, c);
             unsigned base = green;
-            if (transform == TRANSFORM_RGB_MEAN && channel == 2) base = (add_green<BITS>(fetch(0, r, c), green) + green) >> 1;
+            if (transform == TRANSFORM_RGB_MEAN && channel == 2)
+                base = (add_green<BITS>(fetch(0, r, c), green) + green) >> 1;
             value = add_green<BITS>(value, base);
         }
         reinterpret_cast<T*>(base + row * pitch)[sample] = (T)value;

@@ -85,9 +85,11 @@ def _fast_census(data) -> dict:
                     continue
                 fields = int(fast.read_bits(buf, header, fast.header_bits(info.bits)))
                 header += fast.header_bits(info.bits)
-                code, qsum = fields & ((1 << fast.code_bits(info.bits)) - 1), fields >> fast.code_bits(info.bits)
+                code_bits = fast.code_bits(info.bits)
+                code, qsum = fields & ((1 << code_bits) - 1), fields >> code_bits
                 census["packed" if code <= info.bits else "rice"] += 1
-                pos += fast.group_data_bits(code, qsum, min(fast.GROUP_SIZE, w - g * fast.GROUP_SIZE), info.bits)
+                count = min(fast.GROUP_SIZE, w - g * fast.GROUP_SIZE)
+                pos += fast.group_data_bits(code, qsum, count, info.bits)
     return census
 
 
