@@ -2,14 +2,15 @@
 // FAST_THREADS threads per tile, the channels and rows of the tile in order, every row decoded
 // in parallel.
 //
-// Per row: the `any` bit; thread t owns group t (FAST_GROUPS_PER_THREAD groups when groups are
-// narrower): its flag, a block scan of the flags places its header, the header gives the group's
-// bit length, a block scan of the lengths places its data. Then thread t decodes column t of each
+// Per row: the A bit (any residual non-zero); thread t owns group t: its flag, a block scan of the
+// flags places its header, the header gives the group's bit length, a block scan of the lengths
+// places its data. Then thread t decodes column t of each
 // FAST_THREADS-column chunk. A packed sample and a Rice remainder sit at fixed offsets; a Rice
-// quotient comes from the group's unary part, read by every lane of the group in words of up to
-// 32 bits: the lanes rank its ones with popcounts into a shared table (one_at[rank] = position),
-// so sample i's quotient is one_at[i] - one_at[i - 1] - 1. Row 0 is a delta along the row (a block scan of the residuals,
-// exact modulo 2**bits); later rows are predicted in FAST_PHASES passes, a barrier after each.
+// quotient comes from the group's unary part, read in words of up to 32 bits by the group's first
+// 32 lanes, which rank its ones with popcounts into a shared table (one_at[rank] = position), so
+// sample i's quotient is one_at[i] - one_at[i - 1] - 1. Row 0 is a delta along the row (a block
+// scan of the residuals, exact modulo 2**bits); later rows are predicted in FAST_PHASES passes, a
+// barrier after each.
 //
 // Every read stops at the end of the item's file: bytes past it read as zero, as the CPU decoder
 // reads a file, so both see the same bits wherever a corrupt stream sends them.
@@ -30,11 +31,12 @@ enum : int {  // fast.py (tests/test_cuda_c.py checks them)
 enum : int {
     FAST_PERIOD = 1 << (FAST_PHASES - 1),      // phase 0 predicts every FAST_PERIOD-th column from N
     FAST_ROW_GROUPS = 4096 / FAST_GROUP_SIZE,  // groups of the widest tile row (format.MAX_TILE_WIDTH)
-    FAST_GROUPS_PER_THREAD = (FAST_ROW_GROUPS + FAST_THREADS - 1) / FAST_THREADS,
     FAST_CODE_SHIFT = 5,  // a group's table entry: code (5 bits), qsum, data offset
     FAST_OFFSET_SHIFT = FAST_CODE_SHIFT + FAST_QSUM_BITS,
 };
 static_assert(FAST_THREADS % FAST_GROUP_SIZE == 0, "a chunk of columns holds whole groups");
+static_assert(FAST_ROW_GROUPS <= FAST_THREADS, "a thread per group of the widest row");
+static_assert(FAST_GROUP_SIZE + (1 << FAST_QSUM_BITS) <= 65536, "one_at holds a unary part's positions");
 // the longest row: 4096 samples of MAX_K + 1 <= 15 bits plus every group's qsum
 static_assert((4096LL * 15 + FAST_ROW_GROUPS * (1 << FAST_QSUM_BITS)) < (1LL << (32 - FAST_OFFSET_SHIFT)),
               "a row's data offsets fit a group's table entry");
@@ -62,6 +64,8 @@ struct FastShared {
     unsigned group[FAST_ROW_GROUPS];
     // per chunk of columns (two, alternating): the positions of each Rice group's ones, by rank
     unsigned short one_at[2][FAST_THREADS];
+    // and whether each Rice group's unary part holds its n codes exactly
+    unsigned char sound[2][FAST_THREADS / FAST_GROUP_SIZE];
 };
 static_assert(sizeof(FastShared) <= FAST_FIXED_BYTES, "FastShared must fit FAST_FIXED_BYTES");
 static_assert(FAST_FIXED_BYTES % 16 == 0, "the staged rows must stay aligned");
@@ -79,53 +83,45 @@ L3_DEVICE void decode_fast_row(const unsigned char* __restrict__ data, long long
     const int tid = threadIdx.x;
     const int groups = (w + FAST_GROUP_SIZE - 1) / FAST_GROUP_SIZE;
     const long long row_pos = sh.data_pos[channel];
-    const bool any = read_bits(data, size, row_pos, 1) != 0;  // block-uniform
+    // the A bit and the warp's 32 group flags: read by one lane of each warp, shuffled to the others
+    const int warp_lane = tid & 31;
+    unsigned a_bit = 0, warp_flags = 0;
+    if (warp_lane == 0) {
+        a_bit = read_bits(data, size, row_pos, 1);
+        if (tid < groups) warp_flags = read_bits(data, size, row_pos + 1 + tid, 32);
+    }
+    const bool any = __shfl_sync(L3_FULL_MASK, a_bit, 0) != 0;  // block-uniform
+    warp_flags = __shfl_sync(L3_FULL_MASK, warp_flags, 0);
     bool bad_header = false;
     if (tid == 0) sh.row_data = sh.row_end = row_pos + 1;  // read by thread 0 alone unless any
 
     if (any) {
-        // thread t owns groups t * FAST_GROUPS_PER_THREAD + j: flags, then headers, then lengths
-        int flags = 0;
-        for (int j = 0; j < FAST_GROUPS_PER_THREAD; ++j) {
-            const int g = tid * FAST_GROUPS_PER_THREAD + j;
-            if (g < groups) flags += (int)read_bits(data, size, row_pos + 1 + g, 1);
-        }
+        // thread t owns group t: its flag, then its header (placed by a scan of the flags), then its
+        // data (placed by a scan of the lengths)
+        const bool flag = tid < groups && ((warp_flags >> warp_lane) & 1);
         int flagged;
-        int header = block_exclusive_scan(flags, sh.scan, &flagged);
+        const int header = block_exclusive_scan((int)flag, sh.scan, &flagged);
         __syncthreads();  // the scan's warp sums are reused
         const long long header_pos = row_pos + 1 + groups;
-        unsigned entry[FAST_GROUPS_PER_THREAD];
-        int length[FAST_GROUPS_PER_THREAD];
-        int lengths = 0;
+        unsigned entry = 0;
+        int length = 0;
         bool bad = false;
-        for (int j = 0; j < FAST_GROUPS_PER_THREAD; ++j) {
-            const int g = tid * FAST_GROUPS_PER_THREAD + j;
-            entry[j] = 0;
-            length[j] = 0;
-            if (g < groups && read_bits(data, size, row_pos + 1 + g, 1)) {
-                const unsigned fields =
-                    read_bits(data, size, header_pos + (long long)header * header_bits, header_bits);
-                ++header;
-                const int code = (int)(fields & ((1u << code_bits) - 1));
-                const int qsum = (int)(fields >> code_bits);
-                const int n = min_of((int)FAST_GROUP_SIZE, w - g * FAST_GROUP_SIZE);
-                if (code <= BITS) {  // packed, code bits per sample; qsum unused
-                    bad |= qsum != 0;
-                    length[j] = n * code;
-                } else {  // Rice: n remainders of k bits, n ones and qsum zeros of unary
-                    length[j] = n * (code - BITS) + qsum;  // k = code - BITS - 1
-                }
-                entry[j] = ((unsigned)qsum << FAST_CODE_SHIFT) | (unsigned)code;
-                lengths += length[j];
+        if (flag) {
+            const unsigned fields = read_bits(data, size, header_pos + (long long)header * header_bits, header_bits);
+            const int code = (int)(fields & ((1u << code_bits) - 1));
+            const int qsum = (int)(fields >> code_bits);
+            const int n = min_of((int)FAST_GROUP_SIZE, w - tid * FAST_GROUP_SIZE);
+            if (code <= BITS) {  // packed, code bits per sample; qsum unused
+                bad = qsum != 0;
+                length = n * code;
+            } else {  // Rice: n remainders of k bits, n ones and qsum zeros of unary
+                length = n * (code - BITS) + qsum;  // k = code - BITS - 1
             }
+            entry = ((unsigned)qsum << FAST_CODE_SHIFT) | (unsigned)code;
         }
         int total;
-        int offset = block_exclusive_scan(lengths, sh.scan, &total);
-        for (int j = 0; j < FAST_GROUPS_PER_THREAD; ++j) {
-            const int g = tid * FAST_GROUPS_PER_THREAD + j;
-            if (g < groups) sh.group[g] = entry[j] | ((unsigned)offset << FAST_OFFSET_SHIFT);
-            offset += length[j];
-        }
+        const int offset = block_exclusive_scan(length, sh.scan, &total);
+        if (tid < groups) sh.group[tid] = entry | ((unsigned)offset << FAST_OFFSET_SHIFT);
         if (tid == 0) {
             sh.row_data = header_pos + (long long)flagged * header_bits;
             sh.row_end = sh.row_data + total;
@@ -137,9 +133,9 @@ L3_DEVICE void decode_fast_row(const unsigned char* __restrict__ data, long long
     bool corrupt = false;
     for (int c0 = 0; c0 < w; c0 += FAST_THREADS) {
         const int col = c0 + tid;
-        unsigned short* one_at = sh.one_at[(c0 / FAST_THREADS) & 1];
+        const int buffer = (c0 / FAST_THREADS) & 1;
+        unsigned short* one_at = sh.one_at[buffer];
         int mapped = 0, k = -1, lane = 0, remainder = 0;
-        bool unary_ok = false;
         if (any && col < w) {
             const int g = col / FAST_GROUP_SIZE;
             const unsigned entry = sh.group[g];
@@ -153,29 +149,32 @@ L3_DEVICE void decode_fast_row(const unsigned char* __restrict__ data, long long
             } else {
                 k = code - BITS - 1;
                 remainder = (int)read_bits(data, size, pos + (long long)lane * k, k);
-                // the unary part (n + qsum bits) in words of up to 32 bits: lane i files the one at bit i
-                // of a word under its rank, so the group's one_at[rank] holds the rank-th one's position
-                const long long unary = pos + (long long)n * k;
-                const int unary_bits = n + qsum;
                 const int span = min_of(n, 32);
-                int ones = 0;
-                bool last = false;
-                for (int at = 0; at < unary_bits; at += span) {
-                    const int count = min_of(span, unary_bits - at);
-                    const unsigned word = read_bits(data, size, unary + at, count);
-                    if (lane < span && ((word >> lane) & 1)) {
-                        const int rank = ones + __popc(word & ((1u << lane) - 1));
-                        if (rank < n) one_at[tid - lane + rank] = (unsigned short)(at + lane);
+                if (lane < span) {
+                    // the unary part (n + qsum bits) in words of span bits: lane i files the one at bit i
+                    // of a word under its rank, so the group's one_at[rank] holds the rank-th one's position
+                    const long long unary = pos + (long long)n * k;
+                    const int unary_bits = n + qsum;
+                    int ones = 0;
+                    bool last = false;
+                    for (int at = 0; at < unary_bits; at += span) {
+                        const int count = min_of(span, unary_bits - at);
+                        const unsigned word = read_bits(data, size, unary + at, count);
+                        if ((word >> lane) & 1) {
+                            const int rank = ones + __popc(word & ((1u << lane) - 1));
+                            if (rank < n) one_at[tid - lane + rank] = (unsigned short)(at + lane);
+                        }
+                        ones += __popc(word);
+                        last = (word >> (count - 1)) & 1;
                     }
-                    ones += __popc(word);
-                    last = (word >> (count - 1)) & 1;
+                    // n codes, ending with the part: the quotients sum to qsum
+                    if (lane == 0) sh.sound[buffer][tid / FAST_GROUP_SIZE] = ones == n && last;
                 }
-                unary_ok = ones == n && last;  // n codes, ending with the part: the quotients sum to qsum
             }
         }
-        __syncthreads();  // one_at is filed
+        __syncthreads();  // one_at and sound are filed
         if (k >= 0) {
-            if (unary_ok) {
+            if (sh.sound[buffer][tid / FAST_GROUP_SIZE]) {
                 const int quotient = one_at[tid] - (lane ? one_at[tid - 1] + 1 : 0);
                 mapped = (quotient << k) | remainder;
                 corrupt |= mapped > mask;
