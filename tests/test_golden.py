@@ -79,3 +79,19 @@ def test_version1_fast_files_are_refused():
     for read in (l3codec.info, l3codec.decode):
         with pytest.raises(l3codec.L3Error, match="fast-mode files of L3 format version 1 are no longer decodable"):
             read(data)
+
+
+def test_datasets_of_version1_fast_files_are_refused_at_open(tmp_path):
+    """The converter records the format version and mode in the manifest: the reader refuses a
+    dataset of version-1 fast images before reading a shard."""
+    from l3codec import dataset
+
+    for version, mode in ((1, "fast"), (1, "compact"), (2, "fast")):
+        dataset.write_manifest(tmp_path, {"codec_format_version": version, "options": {"mode": mode},
+                                          "splits": {}})
+        if (version, mode) == (1, "fast"):
+            with pytest.raises(l3codec.L3Error, match="fast-mode files of L3 format version 1 are no longer"):
+                dataset.open_dataset(tmp_path)
+        else:  # gets past the manifest, to the missing split
+            with pytest.raises(l3codec.L3Error, match="no split 'train'"):
+                dataset.open_dataset(tmp_path)
