@@ -60,11 +60,11 @@ if sys.byteorder == "little":
 # compact decoder 2.5x); everything else compiles once and is called (inlined everywhere, the
 # first use would compile twice as long).
 _INLINED = {
+    "subtract_rg_mean", "add_rg_mean", "forward_colour", "inverse_colour", "predict_between", "unpack_samples",
     "load56", "peek_bits", "read_bits", "trailing_zeros", "read_sample", "uncoded_sample", "subtract_green",
     "add_green", "med", "neighbours", "tile_neighbours", "activity_context", "unzigzag", "rice_parameter",
     "adapted", "initial_sum", "decode_code", "decode_run", "predict_odd", "predict", "width_field_bits",
     "groups_per_row",
-    "subtract_rg_mean", "add_rg_mean", "forward_colour", "inverse_colour", "predict_between", "unpack_samples",
 }
 
 

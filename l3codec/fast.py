@@ -95,20 +95,27 @@ def unpredict_row(tile, row, width, bits):
             current[col] = value
         return
     above = tile[row - 1]
-    for col in range(0, width, PERIOD):
-        current[col] = (np.int64(above[col]) + unzigzag(np.int64(current[col]))) & mask
+    current[0] = (np.int64(above[0]) + unzigzag(np.int64(current[0]))) & mask
+    # One pass, a period at a time: its right phase-0 column, then its phases in order. Every
+    # period but the last has that column, so its samples all have right neighbours.
+    periods = (width - 1) // PERIOD
+    for period in range(periods):
+        first = period * PERIOD
+        anchor = first + PERIOD
+        current[anchor] = (np.int64(above[anchor]) + unzigzag(np.int64(current[anchor]))) & mask
+        distance = PERIOD >> 1
+        while distance >= 1:
+            for col in range(first + distance, anchor, 2 * distance):
+                prediction = predict_between(np.int64(current[col - distance]), np.int64(current[col + distance]),
+                                             np.int64(above[col]), np.int64(above[col - distance]),
+                                             np.int64(above[col + distance]))
+                current[col] = (prediction + unzigzag(np.int64(current[col]))) & mask
+            distance >>= 1
+    last = periods * PERIOD  # the last period, maybe cut short by the row's end
     distance = PERIOD >> 1
     while distance >= 1:
-        step = 2 * distance
-        for col in range(distance, width - distance, step):  # columns with a right neighbour
-            prediction = predict_between(np.int64(current[col - distance]), np.int64(current[col + distance]),
-                                         np.int64(above[col]), np.int64(above[col - distance]),
-                                         np.int64(above[col + distance]))
-            current[col] = (prediction + unzigzag(np.int64(current[col]))) & mask
-        if width > distance:  # the phase's last column may have none
-            col = distance + (width - 1 - distance) // step * step
-            if col + distance >= width:
-                current[col] = (predict(tile, row, col, width, bits) + unzigzag(np.int64(current[col]))) & mask
+        for col in range(last + distance, width, 2 * distance):
+            current[col] = (predict(tile, row, col, width, bits) + unzigzag(np.int64(current[col]))) & mask
         distance >>= 1
 
 
@@ -132,26 +139,41 @@ def unpack_samples(buf, pos, tile, row, col, count, width_bits):
 
 
 @device
-def add_quotients(buf, pos, tile, row, col, count, k, qsum, bits):
-    """Read a Rice group's unary part at pos and add q << k to its count remainders in tile.
-    False unless it decodes in exactly count + qsum bits to values below 2**bits."""
+def decode_rice_group(buf, pos, tile, row, col, count, k, qsum, bits):
+    """Decode a Rice group at pos (count remainders of k bits, then the unary part) into tile.
+    False unless its unary part decodes in exactly count + qsum bits to values below 2**bits."""
+    remainder_mask = (np.int64(1) << k) - 1
+    first = pos
+    remainders = peek_bits(buf, first)
+    remainders_left = PEEK_BITS  # bits of a window not yet consumed, all of them read from buf
+    pos += count * k
     end = pos + count + qsum
+    window = peek_bits(buf, pos)
+    left = PEEK_BITS
+    largest = np.int64(0)
     for c in range(col, col + count):
-        quotient = np.int64(0)
-        while True:
-            zeros = trailing_zeros(peek_bits(buf, pos), PEEK_BITS)
+        if remainders_left < k:
+            remainders = peek_bits(buf, first + (c - col) * k)
+            remainders_left = PEEK_BITS
+        zeros = trailing_zeros(window, left)
+        quotient = zeros
+        while zeros == left:  # no one bit among them: refill
+            pos += left
+            if pos >= end:
+                return False
+            window = peek_bits(buf, pos)
+            left = PEEK_BITS
+            zeros = trailing_zeros(window, left)
             quotient += zeros
-            pos += zeros
-            if zeros < PEEK_BITS or pos >= end:
-                break
-        pos += 1  # the one bit
-        if pos > end:
-            return False
-        value = np.int64(tile[row, c]) + (quotient << k)
-        if value >> bits != 0:
-            return False
+        window >>= zeros + 1
+        left -= zeros + 1
+        pos += zeros + 1
+        value = (quotient << k) | (remainders & remainder_mask)
+        remainders >>= k
+        remainders_left -= k
+        largest |= value
         tile[row, c] = value
-    return pos == end
+    return pos == end and largest >> bits == 0
 
 
 @device
@@ -205,11 +227,9 @@ def decode_fast_row(buf, pos, end_bit, tile, row, width, bits):
         else:
             k = code - bits - 1
             qsum = fields >> code_bits(bits)
-            unpack_samples(buf, data_pos, tile, row, col, count, k)
-            data_pos += count * k
-            if not add_quotients(buf, data_pos, tile, row, col, count, k, qsum, bits):
+            if not decode_rice_group(buf, data_pos, tile, row, col, count, k, qsum, bits):
                 return STATUS_CORRUPT, pos
-            data_pos += count + qsum
+            data_pos += count * (k + 1) + qsum
     unpredict_row(tile, row, width, bits)
     return STATUS_OK, row_end
 

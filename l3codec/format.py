@@ -290,5 +290,5 @@ STATUS_MESSAGES = {
     STATUS_BAD_KIND: "unknown stream kind",
     STATUS_BAD_SIZE: "stream size does not match its contents",
     STATUS_BAD_HEADER: "stream header out of range",
-    STATUS_CORRUPT: "bitstream does not decode to its recorded row lengths",
+    STATUS_CORRUPT: "bitstream does not decode to its recorded lengths or to valid samples",
 }

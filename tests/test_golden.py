@@ -55,9 +55,12 @@ def test_golden_files_cover_both_modes_and_transform_2():
 
 @pytest.mark.parametrize("name", ["rgb8_compact", "labels16_compact"])
 def test_version1_compact_files_still_decode(name):
+    from l3codec import batch
+
     data = (VERSION1 / f"{name}.l3").read_bytes()
     assert _stored_version(data) == 1 and l3codec.info(data).version == 1
     np.testing.assert_array_equal(l3codec.decode(data), np.load(VERSION1 / f"{name}.npy"))
+    assert batch.plan_item(data).info.version == 1
 
 
 @pytest.mark.parametrize("name", ["rgb8_compact", "labels16_compact"])
@@ -74,8 +77,27 @@ def test_version1_compact_streams_are_what_version2_writes(name):
 
 
 def test_version1_fast_files_are_refused():
+    """By the CPU decoder and by the GPU batch's host validation, before anything is allocated."""
+    from l3codec import batch
+
     data = (VERSION1 / "rgba8_fast.l3").read_bytes()
     assert _stored_version(data) == 1
-    for read in (l3codec.info, l3codec.decode):
+    for read in (l3codec.info, l3codec.decode, batch.plan_item, lambda item: batch.prepare([item])):
         with pytest.raises(l3codec.L3Error, match="fast-mode files of L3 format version 1 are no longer decodable"):
             read(data)
+
+
+def test_datasets_of_version1_fast_files_are_refused_at_open(tmp_path):
+    """The converter records the format version and mode in the manifest: the reader refuses a
+    dataset of version-1 fast images before reading a shard."""
+    from l3codec import dataset
+
+    for version, mode in ((1, "fast"), (1, "compact"), (2, "fast")):
+        dataset.write_manifest(tmp_path, {"codec_format_version": version, "options": {"mode": mode},
+                                          "splits": {}})
+        if (version, mode) == (1, "fast"):
+            with pytest.raises(l3codec.L3Error, match="fast-mode files of L3 format version 1 are no longer"):
+                dataset.open_dataset(tmp_path)
+        else:  # gets past the manifest, to the missing split
+            with pytest.raises(l3codec.L3Error, match="no split 'train'"):
+                dataset.open_dataset(tmp_path)
