@@ -58,7 +58,7 @@ enum : int {  // format.STATUS_*
     STATUS_CORRUPT = 4,
 };
 
-enum : int { TRANSFORM_SUBTRACT_GREEN = 1 };
+enum : int { TRANSFORM_SUBTRACT_GREEN = 1, TRANSFORM_RGB_MEAN = 2 };
 
 enum : int {  // compact.py
     COMPACT_TILE_HEIGHT = 32,
@@ -315,7 +315,7 @@ struct TileWriter {
     int row_lo, row_hi;  // tile rows inside the region
     int col_lo, col_hi;  // tile columns inside the region
     int channels;
-    int green;           // subtract-green inverse transform
+    int transform;       // the inverse colour transform (TRANSFORM_*; 0 for fewer than 3 channels)
     int pad[2];
 };
 static_assert(sizeof(TileWriter) == 48, "TileWriter layout");
@@ -333,7 +333,7 @@ L3_DEVICE void init_tile_writer(TileWriter& writer, const L3Item& item, unsigned
     writer.col_lo = (int)(col_lo - tile_x0);
     writer.col_hi = (int)(col_hi - tile_x0);
     writer.channels = (int)item.channels;
-    writer.green = item.transform == TRANSFORM_SUBTRACT_GREEN && item.channels >= 3;
+    writer.transform = item.channels >= 3 ? (int)item.transform : 0;
 }
 
 // Write the staged samples of tile rows [r0, r1) and columns [c0, c1) that fall inside the
@@ -350,7 +350,7 @@ L3_DEVICE void write_tile_part(const TileWriter& writer, int r0, int r1, int c0,
     c1 = min_of(c1, writer.col_hi);
     if (r0 >= r1 || c0 >= c1) return;
     const int channels = writer.channels;
-    const bool green = writer.green != 0;
+    const int transform = writer.transform;
     const int row_samples = (c1 - c0) * channels;
     const long long pitch = writer.pitch;
     unsigned char* base = writer.out + (r0 - writer.row_lo) * pitch + (c0 - writer.col_lo) * channels * (int)sizeof(T);
@@ -367,7 +367,14 @@ L3_DEVICE void write_tile_part(const TileWriter& writer, int r0, int r1, int c0,
         const int channel = sample - pixel * channels;
         const int r = r0 + row, c = c0 + pixel;
         unsigned value = fetch(channel, r, c);
-        if (green && (channel == 0 || channel == 2)) value = add_green<BITS>(value, fetch(1, r, c));
+        if (transform != 0 && (channel == 0 || channel == 2)) {
+            // colour.py: R = P0 + G - half; B = P2 + G - half (subtract-green) or P2 + ((R + G) >> 1) - half
+            const unsigned green = fetch(1, r, c);
+            unsigned base = green;
+            if (transform == TRANSFORM_RGB_MEAN && channel == 2)
+                base = (add_green<BITS>(fetch(0, r, c), green) + green) >> 1;
+            value = add_green<BITS>(value, base);
+        }
         reinterpret_cast<T*>(base + row * pitch)[sample] = (T)value;
     }
 }

@@ -8,8 +8,10 @@ one block per task (a tile of an item), items and tasks as int64 matrices.
 
 compact: block (32, channels). Lane r decodes row r of channel y as a wavefront:
 pixel (r, c) at step r + c, after lane r - 1 wrote (r - 1, c) into shared memory
-at the previous step. fast: FAST_THREADS threads, each on pairs of columns. Each row
-decodes in parallel: residuals from the group widths, then even columns, then odd ones.
+at the previous step. fast: FAST_THREADS threads, a column each (striding). Per row, thread 0
+reads the headers into shared group tables; then every column's mapped residual is read in
+parallel (a Rice quotient by popcounts over its group's unary part) and the row is predicted
+in fast.PHASES passes, a barrier after each.
 
 Both stage decoded samples in rings, as the CUDA C kernels do, so that shared memory
 stays within the 48 KiB a block gets without opting in, whatever the tile width:
@@ -40,7 +42,7 @@ from . import cuda_c
 
 _dev = compile_device_functions([bitio, colour, streams, compact, fast], cuda.jit(device=True, inline="always"))
 read_bits = _dev.read_bits
-add_green = _dev.add_green
+inverse_colour = _dev.inverse_colour
 neighbours = _dev.neighbours
 row_state_init = _dev.row_state_init
 decode_sample = _dev.decode_sample
@@ -48,10 +50,11 @@ uncoded_stream_status = _dev.uncoded_stream_status
 uncoded_sample = _dev.uncoded_sample
 compact_stream_layout = _dev.compact_stream_layout
 compact_row_length = _dev.compact_row_length
-fast_stream_layout = _dev.fast_stream_layout
-width_field_bits = _dev.width_field_bits
+code_bits = _dev.code_bits
+header_bits = _dev.header_bits
+group_data_bits = _dev.group_data_bits
 groups_per_row = _dev.groups_per_row
-predict_odd = _dev.predict_odd
+predict_between = _dev.predict_between
 unzigzag = _dev.unzigzag
 
 WARP = 32
@@ -60,8 +63,7 @@ WARP = 32
 FAST_THREADS = 32 if config.ENABLE_CUDASIM else cuda_c.FAST_THREADS
 TILE_SAMPLE = np.dtype(np.uint16)  # shared staging holds 8- and 16-bit samples alike
 MAX_CHANNELS = 4
-MAX_GROUPS = fmt.MAX_TILE_WIDTH // fast.GROUP_SIZE
-GROUP_STARTS = MAX_GROUPS + 1  # shared array sizes must be plain constants
+MAX_GROUPS = fmt.MAX_TILE_WIDTH // fast.GROUP_SIZE  # shared array sizes must be plain constants
 MAX_TILE_WIDTH = fmt.MAX_TILE_WIDTH
 # compact stages a ring of columns per row, like compact.cu: a tile up to RING wide at once,
 # a wider one in strips of RING - WARP steps, each written out before the ring wraps
@@ -90,12 +92,14 @@ STATUS_OK = fmt.STATUS_OK
 STATUS_BAD_SIZE = fmt.STATUS_BAD_SIZE
 STATUS_BAD_HEADER = fmt.STATUS_BAD_HEADER
 STATUS_CORRUPT = fmt.STATUS_CORRUPT
-TRANSFORM_SUBTRACT_GREEN = fmt.TRANSFORM_SUBTRACT_GREEN
+TRANSFORM_NONE = fmt.TRANSFORM_NONE
 STATE_SIZE = compact.STATE_SIZE
 S_POS = compact.S_POS
 S_MAPPED = compact.S_MAPPED
 S_ERROR = compact.S_ERROR
 GROUP_SIZE = fast.GROUP_SIZE
+PHASES = fast.PHASES
+PERIOD = fast.PERIOD
 
 
 @cuda.jit(device=True, inline="always")
@@ -155,8 +159,9 @@ def write_tile(stage, ring_rows, ring_columns, items, item, y0, x0, rows, column
         if channels >= 3:
             c1 = np.int64(stage[staged(1, y - y0, x - x0, ring_rows, ring_columns)])
             c2 = np.int64(stage[staged(2, y - y0, x - x0, ring_rows, ring_columns)])
-            if items[item, I_TRANSFORM] == TRANSFORM_SUBTRACT_GREEN:
-                c0, c1, c2 = add_green(c0, c1, c2, bits)
+            transform = items[item, I_TRANSFORM]
+            if transform != TRANSFORM_NONE:
+                c0, c1, c2 = inverse_colour(transform, c0, c1, c2, bits)
         pos = items[item, I_OUT_OFFSET] + (y - ry) * items[item, I_OUT_PITCH] + (x - rx) * channels * sample_bytes
         for channel in range(channels):
             if channel == 0:
@@ -328,37 +333,114 @@ def decode_compact(data, stream_starts, stream_ends, items, tasks, out, status):
         report(status, item, code)
 
 
+@cuda.jit(device=True, inline="always")
+def row_headers(buf, pos, end_bit, width, bits, group_starts, group_codes, row_state):
+    """One thread's pass over a fast row's A bit, flags and headers (fast.decode_fast_row's checks, in
+    its order, up to the row's end): group_starts/group_codes get each group's data bit position and
+    code | qsum << 8 (0, packed at width 0, for an unflagged group); row_state gets the status of these
+    checks and the bit after the row."""
+    row_state[0] = STATUS_OK
+    row_state[1] = pos + 1
+    groups = groups_per_row(width)
+    if pos + 1 > end_bit:
+        row_state[0] = STATUS_BAD_SIZE
+        return
+    if read_bits(buf, pos, 1) == 0:
+        for group in range(groups):
+            group_codes[group] = 0
+        return
+    flagged = 0
+    for group in range(groups):
+        flagged += read_bits(buf, pos + 1 + group, 1)
+    header = pos + 1 + groups
+    data_pos = header + flagged * header_bits(bits)
+    if data_pos > end_bit:
+        row_state[0] = STATUS_BAD_SIZE
+        return
+    for group in range(groups):
+        group_codes[group] = 0
+        if read_bits(buf, pos + 1 + group, 1) != 0:
+            fields = read_bits(buf, header, header_bits(bits))
+            header += header_bits(bits)
+            code = fields & ((1 << code_bits(bits)) - 1)
+            qsum = fields >> code_bits(bits)
+            if code <= bits and qsum != 0:
+                row_state[0] = STATUS_BAD_HEADER
+                return
+            group_codes[group] = code | (qsum << 8)
+            group_starts[group] = data_pos
+            data_pos += group_data_bits(code, qsum, min(GROUP_SIZE, width - group * GROUP_SIZE), bits)
+    if data_pos > end_bit:
+        row_state[0] = STATUS_BAD_SIZE
+        return
+    row_state[1] = data_pos
+
+
+@cuda.jit(device=True, inline="always")
+def nth_one(word, n):
+    """Position of the n-th (from 0) one bit of a 32-bit word that has more than n: a binary search
+    on popcounts."""
+    position = 0
+    half = 16
+    while half > 0:
+        low = cuda.popc(word & ((np.int64(1) << half) - 1))
+        if n >= low:
+            n -= low
+            word >>= half
+            position += half
+        half >>= 1
+    return position
+
+
+@cuda.jit(device=True, inline="always")
+def unary_quotient(buf, pos, length, count, index):
+    """(quotient of code `index`, the part is sound) for a unary part of `length` bits at bit pos holding
+    `count` codes, each q zero bits then a one: q is the distance between the index-th one and the one
+    before, found by popcounts over 32-bit words. Sound means exactly count ones, the last bit one
+    (fast.add_quotients reads count codes in exactly `length` bits)."""
+    ones = 0
+    before = -1  # position of the one ending code index - 1 (-1: the part's start)
+    here = -1
+    last = 0
+    for at in range(0, length, 32):
+        size = min(32, length - at)
+        word = read_bits(buf, pos + at, size)
+        word_ones = cuda.popc(word)
+        if ones <= index - 1 and index - 1 < ones + word_ones:
+            before = at + nth_one(word, index - 1 - ones)
+        if ones <= index and index < ones + word_ones:
+            here = at + nth_one(word, index - ones)
+        ones += word_ones
+        last = (word >> (size - 1)) & 1
+    return here - before - 1, ones == count and last == 1
+
+
 @cached_on_content
 @cuda.jit
 def decode_fast(data, stream_starts, stream_ends, items, tasks, ring_rows, out, status):
     stage = cuda.shared.array(0, dtype=TILE_SAMPLE)
-    group_starts = cuda.shared.array(GROUP_STARTS, dtype=np.int64)
-    group_widths = cuda.shared.array(MAX_GROUPS, dtype=np.int64)
+    group_starts = cuda.shared.array(MAX_GROUPS, dtype=np.int64)
+    group_codes = cuda.shared.array(MAX_GROUPS, dtype=np.int32)
     scan_scratch = cuda.shared.array(MAX_TILE_WIDTH, dtype=TILE_SAMPLE)
-    bad_width = cuda.shared.array(1, dtype=np.int64)  # the current row has a width field > bits
-    # per channel, the same in every thread: status, next residual bit, where the width fields are
+    row_state = cuda.shared.array(2, dtype=np.int64)  # row_headers' status and row end
+    # per channel, the same in every thread: status, bit position of the next row
     codes = cuda.local.array(MAX_CHANNELS, dtype=np.int64)
     data_pos = cuda.local.array(MAX_CHANNELS, dtype=np.int64)
-    field_pos = cuda.local.array(MAX_CHANNELS, dtype=np.int64)
-    row_fields = cuda.local.array(MAX_CHANNELS, dtype=np.int64)
     thread = cuda.threadIdx.x
     threads = cuda.blockDim.x
     task = cuda.blockIdx.x
     item, channels, bits, y0, x0, h, w = task_tile(items, tasks, task)
     tile_width = items[item, I_TILE_WIDTH]
     mask = (np.int64(1) << bits) - 1
-    groups = groups_per_row(w)
-    field_bits = width_field_bits(bits)
+    # the item's file ends with its last stream: reads stop there, as the CPU decoder's stop at the file's end
+    tiles_y = (items[item, I_HEIGHT] + items[item, I_TILE_HEIGHT] - 1) // items[item, I_TILE_HEIGHT]
+    buf = data[:stream_ends[items[item, I_STREAM_BASE] + tiles_y * items[item, I_TILES_X] * channels - 1]]
 
     for channel in range(channels):
         stream = stream_id(items, tasks, task, item, channel)
         start = stream_starts[stream]
-        end = stream_ends[stream]
-        codes[channel] = uncoded_stream_status(data[start], end - start, bits // 8, h * w)
-        if codes[channel] == STATUS_OK and data[start] == KIND_CODED:
-            codes[channel], field_pos[channel], row_fields[channel], data_pos[channel] = fast_stream_layout(
-                start, end, h, w, bits
-            )
+        codes[channel] = uncoded_stream_status(buf[start], stream_ends[stream] - start, bits // 8, h * w)
+        data_pos[channel] = (start + 1) * 8  # a coded stream's rows start after its kind byte
 
     # bands of ring_rows - 1 rows; the ring's spare row keeps the row above the band
     band = ring_rows - 1
@@ -367,7 +449,7 @@ def decode_fast(data, stream_starts, stream_ends, items, tasks, ring_rows, out, 
         for channel in range(channels):
             stream = stream_id(items, tasks, task, item, channel)
             start = stream_starts[stream]
-            kind = data[start]
+            kind = buf[start]
             if codes[channel] != STATUS_OK:
                 continue  # block-uniform: every thread holds the same codes
             if kind != KIND_CODED:
@@ -375,77 +457,40 @@ def decode_fast(data, stream_starts, stream_ends, items, tasks, ring_rows, out, 
                     row = b0 + index // w
                     col = index % w
                     stage[staged(channel, row, col, ring_rows, tile_width)] = uncoded_sample(
-                        data, start, kind, row * w + col, bits // 8
+                        buf, start, kind, row * w + col, bits // 8
                     )
                 continue
             for row in range(b0, b1):
                 if thread == 0:
-                    # group starts of this row: a short serial scan over the row's width fields
-                    pos = data_pos[channel]
-                    bad_width[0] = 0
-                    for group in range(groups):
-                        width = read_bits(data, field_pos[channel] + row * row_fields[channel] + group * field_bits,
-                                          field_bits)
-                        if width > bits:
-                            bad_width[0] = 1
-                            width = 0
-                        group_widths[group] = width
-                        group_starts[group] = pos
-                        pos += width * (min(w, (group + 1) * GROUP_SIZE) - group * GROUP_SIZE)
-                    group_starts[groups] = pos
+                    row_headers(buf, data_pos[channel], stream_ends[stream] * 8, w, bits, group_starts, group_codes,
+                                row_state)
                 cuda.syncthreads()
-                data_pos[channel] = group_starts[groups]
-                # the CPU decoder's checks after each row: it stops at the first bad one
-                if bad_width[0] != 0:
-                    codes[channel] = STATUS_BAD_HEADER
-                elif data_pos[channel] > stream_ends[stream] * 8:
-                    codes[channel] = STATUS_BAD_SIZE
-                for col in range(thread, w, threads):
-                    group = col // GROUP_SIZE
-                    width = group_widths[group]
-                    stage[staged(channel, row, col, ring_rows, tile_width)] = read_bits(
-                        data, group_starts[group] + (col % GROUP_SIZE) * width, width
-                    )
-                cuda.syncthreads()
-                if row == 0:
-                    # row 0 is a running sum mod 2**bits from half: a parallel (Hillis-Steele) scan
+                row_status = row_state[0]
+                row_end = row_state[1]
+                corrupt = 0
+                if row_status == STATUS_OK:
                     for col in range(thread, w, threads):
-                        here = staged(channel, 0, col, ring_rows, tile_width)
-                        first = (np.int64(1) << (bits - 1)) if col == 0 else 0
-                        stage[here] = (first + unzigzag(np.int64(stage[here]))) & mask
-                    cuda.syncthreads()
-                    offset = 1
-                    while offset < w:
-                        for col in range(thread, w, threads):
-                            here = staged(channel, 0, col, ring_rows, tile_width)
-                            carry = np.int64(stage[here - offset]) if col >= offset else 0
-                            scan_scratch[col] = (np.int64(stage[here]) + carry) & mask
-                        cuda.syncthreads()
-                        for col in range(thread, w, threads):
-                            stage[staged(channel, 0, col, ring_rows, tile_width)] = scan_scratch[col]
-                        cuda.syncthreads()
-                        offset *= 2
+                        group = col // GROUP_SIZE
+                        lane = col - group * GROUP_SIZE
+                        code = group_codes[group] & 255
+                        qsum = group_codes[group] >> 8
+                        pos = group_starts[group]
+                        if code <= bits:
+                            mapped = read_bits(buf, pos + lane * code, code)
+                        else:
+                            k = code - bits - 1
+                            count = min(GROUP_SIZE, w - group * GROUP_SIZE)
+                            quotient, sound = unary_quotient(buf, pos + count * k, count + qsum, count, lane)
+                            mapped = read_bits(buf, pos + lane * k, k) + (quotient << k)
+                            if not sound or mapped >> bits != 0:
+                                corrupt = 1
+                        stage[staged(channel, row, col, ring_rows, tile_width)] = mapped & mask
+                corrupt = cuda.syncthreads_or(corrupt)  # and every thread has read row_state
+                if row_status == STATUS_OK and corrupt == 0:
+                    unpredict_row(stage, channel, row, w, ring_rows, tile_width, bits, scan_scratch, thread, threads)
+                    data_pos[channel] = row_end
                 else:
-                    for parity in range(2):  # even columns need the row above, odd ones their even neighbours
-                        for col in range(2 * thread + parity, w, 2 * threads):
-                            here = staged(channel, row, col, ring_rows, tile_width)
-                            up = np.int64(stage[staged(channel, row - 1, col, ring_rows, tile_width)])
-                            if parity == 0:
-                                prediction = up
-                            else:
-                                left = np.int64(stage[here - 1])
-                                upleft = np.int64(stage[staged(channel, row - 1, col - 1, ring_rows, tile_width)])
-                                right = left
-                                upright = upleft
-                                if col + 1 < w:
-                                    right = np.int64(stage[here + 1])
-                                    upright = np.int64(
-                                        stage[staged(channel, row - 1, col + 1, ring_rows, tile_width)]
-                                    )
-                                prediction = predict_odd(left, right, up, upleft, upright)
-                            stage[here] = (prediction + unzigzag(np.int64(stage[here]))) & mask
-                        cuda.syncthreads()
-                if codes[channel] != STATUS_OK:
+                    codes[channel] = row_status if row_status != STATUS_OK else STATUS_CORRUPT
                     break
         cuda.syncthreads()
         write_tile(stage, ring_rows, tile_width, items, item, y0, x0, (b0, b1), (0, w), out, thread, threads)
@@ -454,11 +499,54 @@ def decode_fast(data, stream_starts, stream_ends, items, tasks, ring_rows, out, 
     for channel in range(channels):
         code = codes[channel]
         stream = stream_id(items, tasks, task, item, channel)
-        if code == STATUS_OK and data[stream_starts[stream]] == KIND_CODED:
+        if code == STATUS_OK and buf[stream_starts[stream]] == KIND_CODED:
             if (data_pos[channel] + 7) // 8 != stream_ends[stream]:
                 code = STATUS_BAD_SIZE  # the stream ends in the byte holding its last bit
         if thread == 0:
             report(status, item, code)
+
+
+@cuda.jit(device=True, inline="always")
+def unpredict_row(stage, channel, row, w, ring_rows, tile_width, bits, scan_scratch, thread, threads):
+    """A staged row of mapped residuals -> samples (fast.unpredict_row, in parallel): row 0 by a
+    running sum from half (a Hillis-Steele scan), later rows in PHASES passes with a barrier after each."""
+    mask = (np.int64(1) << bits) - 1
+    if row == 0:
+        for col in range(thread, w, threads):
+            here = staged(channel, 0, col, ring_rows, tile_width)
+            first = (np.int64(1) << (bits - 1)) if col == 0 else 0
+            stage[here] = (first + unzigzag(np.int64(stage[here]))) & mask
+        cuda.syncthreads()
+        offset = 1
+        while offset < w:
+            for col in range(thread, w, threads):
+                here = staged(channel, 0, col, ring_rows, tile_width)
+                carry = np.int64(stage[here - offset]) if col >= offset else 0
+                scan_scratch[col] = (np.int64(stage[here]) + carry) & mask
+            cuda.syncthreads()
+            for col in range(thread, w, threads):
+                stage[staged(channel, 0, col, ring_rows, tile_width)] = scan_scratch[col]
+            cuda.syncthreads()
+            offset *= 2
+        return
+    # phase 0: columns c % PERIOD == 0 from N; phase j: distance d = PERIOD >> j, columns c % 2d == d
+    for phase in range(PHASES):
+        step = PERIOD if phase == 0 else PERIOD >> (phase - 1)
+        distance = step >> 1 if phase > 0 else 0
+        for col in range(distance + thread * step, w, threads * step):
+            here = staged(channel, row, col, ring_rows, tile_width)
+            prediction = np.int64(stage[staged(channel, row - 1, col, ring_rows, tile_width)])
+            if phase > 0:
+                left = np.int64(stage[here - distance])
+                upleft = np.int64(stage[staged(channel, row - 1, col - distance, ring_rows, tile_width)])
+                right = left
+                upright = upleft
+                if col + distance < w:
+                    right = np.int64(stage[here + distance])
+                    upright = np.int64(stage[staged(channel, row - 1, col + distance, ring_rows, tile_width)])
+                prediction = predict_between(left, right, prediction, upleft, upright)
+            stage[here] = (prediction + unzigzag(np.int64(stage[here]))) & mask
+        cuda.syncthreads()
 
 
 def fast_ring_rows(launch) -> int:

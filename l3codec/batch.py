@@ -197,7 +197,7 @@ def assemble(plans, data: np.ndarray, /, *, layout=None, data_offsets=None) -> B
         info = plan.info
         records[i] = (
             info.width, info.height, info.channels, info.bits,
-            fmt.TRANSFORM_SUBTRACT_GREEN if info.transform == "subtract-green" else fmt.TRANSFORM_NONE,
+            fmt.TRANSFORMS[info.transform],
             info.tile_width, info.tile_height, info.tiles_x, stream_base[i],
             *plan.region, out_offsets[i], pitches[i],
         )

@@ -41,7 +41,8 @@ def encode(
     """Encode an HW or HWC uint8/uint16 array (1-4 channels) as an L3 image.
 
     mode: "compact" (smallest, wavefront GPU decode) or "fast" (row-parallel).
-    transform: "subtract-green" (default for 3-4 channels) or "none".
+    transform: "subtract-green", "rg-mean" or "none"; default for 3-4 channels: the mode's
+    format.DEFAULT_COLOUR_TRANSFORM.
     """
     from . import cpu
 
@@ -56,13 +57,12 @@ def encode(
     )
     fmt.check_geometry(width, height, channels, bits, mode_id, tile_width, tile_height)
     if transform is None:
-        transform = "subtract-green" if channels >= 3 else "none"
-    transform_ids = {name: value for value, name in fmt.TRANSFORM_NAMES.items()}
-    if transform not in transform_ids:
-        raise L3Error(f"transform must be one of {sorted(transform_ids)}, not {transform!r}")
-    transform_id = transform_ids[transform]
-    if transform_id == fmt.TRANSFORM_SUBTRACT_GREEN and channels < 3:
-        raise L3Error("subtract-green needs 3 or 4 channels")
+        transform = fmt.TRANSFORM_NAMES[fmt.DEFAULT_COLOUR_TRANSFORM[mode_id]] if channels >= 3 else "none"
+    if transform not in fmt.TRANSFORMS:
+        raise L3Error(f"transform must be one of {sorted(fmt.TRANSFORMS)}, not {transform!r}")
+    transform_id = fmt.TRANSFORMS[transform]
+    if transform_id != fmt.TRANSFORM_NONE and channels < 3:
+        raise L3Error(f"{transform} needs 3 or 4 channels")
 
     planes = np.empty((channels, height, width), image.dtype)
     cpu.image_to_planes(image, planes, transform_id, bits)
@@ -169,7 +169,7 @@ def decode(data, /, *, region=None, out=None, verify: bool = True) -> np.ndarray
     )
     raise_for_status(status, streams, info.channels)
     target = out if out.ndim == 3 else out[:, :, None]
-    transform = fmt.TRANSFORM_SUBTRACT_GREEN if info.transform == "subtract-green" else fmt.TRANSFORM_NONE
+    transform = fmt.TRANSFORMS[info.transform]
     cpu.planes_to_image(planes, y - origin[0], x - origin[1], target, transform, info.bits)
     return out
 

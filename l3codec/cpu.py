@@ -60,6 +60,7 @@ if sys.byteorder == "little":
 # compact decoder 2.5x); everything else compiles once and is called (inlined everywhere, the
 # first use would compile twice as long).
 _INLINED = {
+    "subtract_rg_mean", "add_rg_mean", "forward_colour", "inverse_colour", "predict_between", "unpack_samples",
     "load56", "peek_bits", "read_bits", "trailing_zeros", "read_sample", "uncoded_sample", "subtract_green",
     "add_green", "med", "neighbours", "tile_neighbours", "activity_context", "unzigzag", "rice_parameter",
     "adapted", "initial_sum", "decode_code", "decode_run", "predict_odd", "predict", "width_field_bits",
@@ -75,8 +76,8 @@ _dev = compile_device_functions(
     [bitio, colour, streams, compact, fast], _compile,
     replacements=None if numba.config.DISABLE_JIT else _REPLACEMENTS,
 )
-subtract_green = _dev.subtract_green
-add_green = _dev.add_green
+forward_colour = _dev.forward_colour
+inverse_colour = _dev.inverse_colour
 decode_uncoded = _dev.decode_uncoded
 encode_compact_stream = _dev.encode_compact_stream
 decode_compact_stream = _dev.decode_compact_stream
@@ -103,8 +104,8 @@ def image_to_planes(image, planes, transform, bits):
     height, width, channels = image.shape
     for y in numba.prange(height):
         for x in range(width):
-            if transform == 1:
-                r, g, b = subtract_green(np.int64(image[y, x, 0]), np.int64(image[y, x, 1]),
+            if transform != 0:
+                r, g, b = forward_colour(transform, np.int64(image[y, x, 0]), np.int64(image[y, x, 1]),
                                          np.int64(image[y, x, 2]), bits)
                 planes[0, y, x] = r
                 planes[1, y, x] = g
@@ -124,9 +125,9 @@ def planes_to_image(planes, origin_y, origin_x, out, transform, bits):
         for x in range(width):
             py = y + origin_y
             px = x + origin_x
-            if transform == 1:
-                r, g, b = add_green(np.int64(planes[0, py, px]), np.int64(planes[1, py, px]),
-                                    np.int64(planes[2, py, px]), bits)
+            if transform != 0:
+                r, g, b = inverse_colour(transform, np.int64(planes[0, py, px]), np.int64(planes[1, py, px]),
+                                         np.int64(planes[2, py, px]), bits)
                 out[y, x, 0] = r
                 out[y, x, 1] = g
                 out[y, x, 2] = b

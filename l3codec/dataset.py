@@ -19,7 +19,7 @@ import tarfile
 
 import numpy as np
 
-from .format import L3Error
+from .format import FAST_V1_REFUSED, L3Error
 
 DATASET_FORMAT = "l3dataset"
 DATASET_VERSION = 1
@@ -318,6 +318,8 @@ class DatasetReader:
                 f"{self.root} is dataset version {version}; this l3codec reads up to {DATASET_VERSION} "
                 "(upgrade l3codec)"
             )
+        if manifest.get("codec_format_version") == 1 and manifest.get("options", {}).get("mode") == "fast":
+            raise L3Error(f"{self.root} holds {FAST_V1_REFUSED}")
         return manifest
 
     def _load_index(self) -> np.ndarray:

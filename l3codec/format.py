@@ -14,7 +14,11 @@ from dataclasses import dataclass
 import numpy as np
 
 MAGIC = b"L3IM"
-VERSION = 1
+VERSION = 2
+# Version 1 differs only in its fast-mode stream (and had no transform 2): its compact files
+# still decode, its fast files are refused with this reason.
+FAST_V1_REFUSED = ("fast-mode files of L3 format version 1 are no longer decodable; "
+                   "re-encode them from the source")
 
 MODE_COMPACT = 0
 MODE_FAST = 1
@@ -23,7 +27,11 @@ MODES = {name: value for value, name in MODE_NAMES.items()}
 
 TRANSFORM_NONE = 0
 TRANSFORM_SUBTRACT_GREEN = 1
-TRANSFORM_NAMES = {TRANSFORM_NONE: "none", TRANSFORM_SUBTRACT_GREEN: "subtract-green"}
+TRANSFORM_RGB_MEAN = 2  # R - G, G, B - (R + G) / 2 (format version 2)
+TRANSFORM_NAMES = {TRANSFORM_NONE: "none", TRANSFORM_SUBTRACT_GREEN: "subtract-green", TRANSFORM_RGB_MEAN: "rg-mean"}
+TRANSFORMS = {name: value for value, name in TRANSFORM_NAMES.items()}
+# The encoder's transform for 3 and 4 channels, per mode: the smaller on the corpus (docs/FORMAT.md §3).
+DEFAULT_COLOUR_TRANSFORM = {MODE_COMPACT: TRANSFORM_RGB_MEAN, MODE_FAST: TRANSFORM_RGB_MEAN}
 
 # First byte of every stream (one stream per tile and channel).
 KIND_CONSTANT = 0
@@ -31,7 +39,7 @@ KIND_CODED = 1
 KIND_RAW = 2
 
 COMPACT_TILE_HEIGHT = 32  # one warp lane per row
-TILE_WIDTH_STEP = 16  # tile widths are multiples of the fast-mode group size
+TILE_WIDTH_STEP = 16  # tile widths are multiples of 16 (version 1's fast-mode group size)
 MIN_TILE_WIDTH = 16
 MAX_TILE_WIDTH = 4096
 FAST_MIN_TILE_HEIGHT = 8
@@ -181,8 +189,9 @@ def parse_header(data) -> tuple:
     if buf.size < HEADER_SIZE:
         raise L3Error(f"truncated: {buf.size} bytes is shorter than the {HEADER_SIZE}-byte header")
     header = buf[:HEADER_SIZE].view(HEADER_DTYPE)[0]
-    if header["version"] != VERSION:
-        raise L3Error(f"unsupported L3 version {header['version']} (this decoder reads {VERSION})")
+    version = int(header["version"])
+    if version not in (1, VERSION):
+        raise L3Error(f"unsupported L3 version {version} (this decoder reads 1 (compact only) and {VERSION})")
     if header["header_size"] != HEADER_SIZE:
         raise L3Error(f"header size {header['header_size']} != {HEADER_SIZE}")
     width, height = int(header["width"]), int(header["height"])
@@ -190,10 +199,12 @@ def parse_header(data) -> tuple:
     mode, transform = int(header["mode"]), int(header["transform"])
     tile_width, tile_height = int(header["tile_width"]), int(header["tile_height"])
     check_geometry(width, height, channels, bits, mode, tile_width, tile_height)
-    if transform not in TRANSFORM_NAMES:
-        raise L3Error(f"unknown colour transform {transform}")
-    if transform == TRANSFORM_SUBTRACT_GREEN and channels < 3:
-        raise L3Error("subtract-green needs 3 or 4 channels")
+    if version == 1 and mode == MODE_FAST:
+        raise L3Error(FAST_V1_REFUSED)
+    if transform not in TRANSFORM_NAMES or (version == 1 and transform == TRANSFORM_RGB_MEAN):
+        raise L3Error(f"unknown colour transform {transform} for L3 version {version}")
+    if transform != TRANSFORM_NONE and channels < 3:
+        raise L3Error(f"colour transform {TRANSFORM_NAMES[transform]} needs 3 or 4 channels")
     if header["reserved"] != 0:
         raise L3Error("reserved header field is not zero")
     tiles_x, tiles_y = tile_grid(width, height, tile_width, tile_height)
@@ -212,6 +223,7 @@ def parse_header(data) -> tuple:
         tiles_x=tiles_x,
         tiles_y=tiles_y,
         file_size=0,
+        version=version,
     )
     return header, info
 
@@ -278,5 +290,5 @@ STATUS_MESSAGES = {
     STATUS_BAD_KIND: "unknown stream kind",
     STATUS_BAD_SIZE: "stream size does not match its contents",
     STATUS_BAD_HEADER: "stream header out of range",
-    STATUS_CORRUPT: "bitstream does not decode to its recorded row lengths",
+    STATUS_CORRUPT: "bitstream does not decode to its recorded lengths or to valid samples",
 }

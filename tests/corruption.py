@@ -70,7 +70,7 @@ def mutate_payload(data: bytes, rng: np.random.Generator) -> bytes:
 
 # ---------------------------------------------------------------- hand-made streams with known faults
 #
-# Single-stream files (one 1-channel 8-bit tile, 16 columns), so an item's status is its one
+# Single-stream files (one 1-channel tile: compact 8-bit, 16 columns; fast 80 columns), so an item's status is its one
 # stream's status and every decoder must give exactly the code listed. Compact rows with run
 # index 31 (RUN_ORDER 15): the one bit "1" is a run to the end of the row, a whole valid row.
 
@@ -89,10 +89,10 @@ def pack_bits(bits) -> bytes:
     return bytes(sum(bits[i * 8 + j] << j for j in range(8)) for i in range(len(bits) // 8))
 
 
-def single_stream_file(stream: bytes, mode: int, height: int) -> bytes:
-    """A valid file (checksums and all) around one stream of a 1-channel 8-bit 16-wide tile."""
-    return fmt.pack(width=WIDTH, height=height, channels=1, bits=8, mode=mode, transform=fmt.TRANSFORM_NONE,
-                    tile_width=WIDTH, tile_height=32 if mode == fmt.MODE_COMPACT else max(8, height),
+def single_stream_file(stream: bytes, mode: int, height: int, *, width: int = WIDTH, bits: int = 8) -> bytes:
+    """A valid file (checksums and all) around one stream of a 1-channel tile of width x height."""
+    return fmt.pack(width=width, height=height, channels=1, bits=bits, mode=mode, transform=fmt.TRANSFORM_NONE,
+                    tile_width=width, tile_height=32 if mode == fmt.MODE_COMPACT else max(8, height),
                     stream_ends=[len(stream)], payload=stream)
 
 
@@ -107,12 +107,58 @@ def compact_stream(rows, *, lengths=None, run_index=31, k_nibbles=0, length_bits
     return header + table + pack_bits([bit for row in rows for bit in row]) + tail
 
 
-def fast_stream(widths, *, data_bits=None, tail=b"") -> bytes:
-    """A coded fast stream of a 16-wide tile (one group per row, 4-bit width fields) whose
-    residuals are all zero: data_bits of them (default: what the widths need)."""
-    fields = pack_bits([(width >> i) & 1 for width in widths for i in range(4)])
-    data_bits = WIDTH * sum(widths) if data_bits is None else data_bits
-    return bytes([fmt.KIND_CODED]) + fields + pack_bits([0] * data_bits) + tail
+# Fast v2 (docs/FORMAT.md §7): rows of FAST_WIDTH = 80 samples, so two groups, of 64 and 16.
+FAST_WIDTH = 80
+
+
+def field(value: int, count: int) -> list:
+    """value as count LSB-first bits."""
+    return [(value >> i) & 1 for i in range(count)]
+
+
+def packed_group(values, width, bits=8):
+    """(code, qsum, data bits) of a packed group."""
+    return width, 0, [bit for value in values for bit in field(value, width)]
+
+
+def rice_group(values, k, bits=8, *, qsum=None):
+    """(code, qsum, data bits) of a Rice group; qsum overrides the header's quotient sum."""
+    remainders = [bit for value in values for bit in field(value & ((1 << k) - 1), k)]
+    unary = [bit for value in values for bit in [0] * (value >> k) + [1]]
+    return bits + 1 + k, sum(value >> k for value in values) if qsum is None else qsum, remainders + unary
+
+
+def fast_row(groups, bits=8) -> list:
+    """The bits of one row: groups holds, per group, None (not flagged) or (code, qsum, data bits)."""
+    flagged = [group for group in groups if group is not None]
+    if not flagged:
+        return [0]
+    code_bits = 4 if bits == 8 else 5
+    row = [1] + [int(group is not None) for group in groups]
+    for code, qsum, _ in flagged:
+        row += field(code, code_bits) + field(qsum, 7)
+    for _, _, data in flagged:
+        row += data
+    return row
+
+
+def fast_stream(rows, *, cut_bits=None, tail=b"") -> bytes:
+    """A coded fast stream from row bit lists; cut_bits keeps only that many bits (padded)."""
+    bits = [bit for row in rows for bit in row]
+    return bytes([fmt.KIND_CODED]) + pack_bits(bits[:cut_bits]) + tail
+
+
+SMALL = [3, 0, 1, 2] * 16  # 64 values, packed width 2
+NOISY = [0, 1, 2, 40] * 4  # 16 values: Rice k = 1 beats packing at width 6
+ZERO_ROW = fast_row([None, None])
+VALID_FAST_ROWS = [fast_row([packed_group(SMALL, 2), None]), ZERO_ROW, fast_row([None, rice_group(NOISY, 1)])]
+# a Rice group (k = 6, code 15) whose sample 0 is (4 << 6) | 0 = 256: no 8-bit value
+VALUE_TOO_LARGE = fast_row([None, rice_group([256] + [0] * 15, 6)])
+# the header's qsum says 21 zero bits, the unary part holds 20 before its 16th one bit
+UNARY_SHORT = fast_row([None, rice_group(NOISY, 1, qsum=sum(v >> 1 for v in NOISY) + 1)])
+# the header's qsum says 19: the last code's one bit lies past the unary part
+UNARY_LONG = fast_row([None, rice_group(NOISY, 1, qsum=sum(v >> 1 for v in NOISY) - 1)])
+PACKED_WITH_QSUM = fast_row([(2, 5, packed_group(SMALL, 2)[2]), None])
 
 
 def status_cases() -> dict:
@@ -153,17 +199,38 @@ def status_cases() -> dict:
             compact_stream([RUN_PAST_THE_ROW_END, VALID_ROW], lengths=[17, 900]), 2, corrupt),
         "compact row 0 past the end, row 1 copied": (
             compact_stream([VALID_ROW, []], lengths=[90, 0]), 2, size),
-        "fast valid": (fast_stream([3, 0, 8]), 3, ok),
-        "fast raw": (bytes([fmt.KIND_RAW]) + bytes(range(3 * WIDTH)), 3, ok),
-        "fast kind 255": (bytes([255]) + fast_stream([3, 0, 8])[1:], 3, kind),
-        "fast raw too long": (bytes([fmt.KIND_RAW]) + bytes(3 * WIDTH + 1), 3, size),
-        "fast fields past the end": (bytes([fmt.KIND_CODED]), 3, size),
-        "fast width 9": (fast_stream([3, 9, 0]), 3, header),
-        "fast residuals past the end": (fast_stream([3, 0, 8], data_bits=WIDTH * 10), 3, size),
-        "fast bytes after the residuals": (fast_stream([3, 0, 8], tail=b"\0"), 3, size),
-        # several faults: the first failing row wins
-        "fast width 9 after residuals past the end": (fast_stream([8, 9, 0], data_bits=WIDTH * 4), 3, size),
-        "fast residuals past the end after width 9": (fast_stream([3, 9, 8], data_bits=WIDTH * 3), 3, header),
+        "fast valid": (fast_stream(VALID_FAST_ROWS), 3, ok),
+        "fast every code": (fast_stream([fast_row([rice_group(SMALL, 6), packed_group(NOISY, 8)]),
+                                         fast_row([packed_group([0] * 64, 0), rice_group([1, 0, 2, 1] * 4, 0)])]), 2, ok),
+        "fast raw": (bytes([fmt.KIND_RAW]) + bytes(range(3 * FAST_WIDTH)), 3, ok),
+        "fast kind 255": (bytes([255]) + fast_stream(VALID_FAST_ROWS)[1:], 3, kind),
+        "fast raw too long": (bytes([fmt.KIND_RAW]) + bytes(3 * FAST_WIDTH + 1), 3, size),
+        "fast no bits": (bytes([fmt.KIND_CODED]), 3, size),
+        "fast headers past the end": (fast_stream(VALID_FAST_ROWS, cut_bits=8), 3, size),
+        "fast packed group with a qsum": (fast_stream([PACKED_WITH_QSUM, ZERO_ROW]), 2, header),
+        "fast data past the end": (fast_stream(VALID_FAST_ROWS, cut_bits=len(VALID_FAST_ROWS[0]) - 9), 3, size),
+        "fast rice value over 8 bits": (fast_stream([VALUE_TOO_LARGE]), 1, corrupt),
+        "fast unary part with a bit to spare": (fast_stream([ZERO_ROW, UNARY_SHORT]), 2, corrupt),
+        "fast unary part a bit short": (fast_stream([ZERO_ROW, UNARY_LONG]), 2, corrupt),
+        "fast bytes after the last row": (fast_stream(VALID_FAST_ROWS, tail=b"\0"), 3, size),
+        # several faults: the first failing row wins; within a row, §7.2's order
+        "fast row 1 corrupt, row 2 past the end": (
+            fast_stream([ZERO_ROW, VALUE_TOO_LARGE, VALID_FAST_ROWS[0]], cut_bits=1 + len(VALUE_TOO_LARGE) + 30),
+            3, corrupt),
+        "fast row 0 qsum in a packed group, data past the end": (
+            fast_stream([PACKED_WITH_QSUM], cut_bits=60), 1, header),
+        "fast row 0 unary short, data past the end": (
+            fast_stream([UNARY_SHORT], cut_bits=len(UNARY_SHORT) - 9), 1, size),
+        "fast last row corrupt, bytes after it": (fast_stream([ZERO_ROW, VALUE_TOO_LARGE], tail=b"\0"), 2, corrupt),
     }
-    return {name: (single_stream_file(stream, compact if name.startswith("compact") else fast, height), code)
-            for name, (stream, height, code) in cases.items()}
+    cases["fast 16-bit rice k 14"] = (
+        fast_stream([fast_row([rice_group([(1 << 16) - 1] + [1 << 14] * 63, 14, 16), None], 16)]), 1, ok, 16)
+    cases["fast 16-bit rice value over 16 bits"] = (
+        fast_stream([fast_row([rice_group([1 << 16] + [0] * 63, 14, 16), None], 16)]), 1, corrupt, 16)
+    files = {}
+    for name, (stream, height, code, *bits) in cases.items():
+        if name.startswith("compact"):
+            files[name] = single_stream_file(stream, compact, height), code
+        else:
+            files[name] = single_stream_file(stream, fast, height, width=FAST_WIDTH, bits=(bits or [8])[0]), code
+    return files

@@ -5,25 +5,27 @@ import numpy as np
 import l3codec
 from images import make_image
 
-# (kind, height, width, channels, dtype, mode, tile_width, tile_height); tiny, with partial edge tiles
+# (kind, height, width, channels, dtype, mode, tile_width, tile_height, transform); tiny, with partial
+# edge tiles; fast rows of several groups with a short last one, every colour transform in both modes
 IMAGES = [
-    ("smooth_noise", 13, 21, 3, np.uint8, "compact", 16, 32),
-    ("labels", 35, 18, 1, np.uint16, "compact", 16, 32),
-    ("noise", 5, 17, 2, np.uint8, "compact", 16, 32),
-    ("gradient", 9, 20, 4, np.uint16, "compact", 16, 32),
-    ("smooth_noise", 11, 19, 3, np.uint16, "fast", 16, 8),
-    ("labels", 10, 17, 1, np.uint8, "fast", 16, 8),
-    ("constant", 3, 5, 4, np.uint8, "fast", 16, 8),
-    ("extremes", 1, 1, 1, np.uint8, "compact", 16, 32),
+    ("smooth_noise", 13, 21, 3, np.uint8, "compact", 16, 32, "subtract-green"),
+    ("labels", 35, 18, 1, np.uint16, "compact", 16, 32, "none"),
+    ("noise", 5, 17, 2, np.uint8, "compact", 16, 32, "none"),
+    ("gradient", 9, 20, 4, np.uint16, "compact", 16, 32, "rg-mean"),
+    ("smooth_noise", 11, 19, 3, np.uint16, "fast", 16, 8, "subtract-green"),
+    ("labels", 10, 17, 1, np.uint8, "fast", 16, 8, "none"),
+    ("constant", 3, 5, 4, np.uint8, "fast", 16, 8, "none"),
+    ("smooth_noise", 4, 150, 3, np.uint8, "fast", 144, 8, "rg-mean"),
+    ("extremes", 1, 1, 1, np.uint8, "compact", 16, 32, "none"),
 ]
 
 
 def encoded_images(seed=3):
     images, datas = [], []
-    for kind, h, w, c, dtype, mode, tw, th in IMAGES:
+    for kind, h, w, c, dtype, mode, tw, th, transform in IMAGES:
         image = make_image(kind, h, w, c, dtype, seed)
         images.append(image)
-        datas.append(l3codec.encode(image, mode=mode, tile_width=tw, tile_height=th))
+        datas.append(l3codec.encode(image, mode=mode, tile_width=tw, tile_height=th, transform=transform))
     return images, datas
 
 

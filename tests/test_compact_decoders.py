@@ -96,7 +96,7 @@ def test_row_and_step_decoders_report_the_same_status_on_damage(name):
     payload_offset = fmt.parse(data).payload_offset
     rng = np.random.default_rng(3)
     statuses = set()
-    for _ in range(20):
+    for _ in range(40):
         damaged = np.frombuffer(data, np.uint8).copy()
         for offset in rng.integers(payload_offset, damaged.size, int(rng.integers(1, 4))):
             damaged[offset] ^= np.uint8(1 << int(rng.integers(0, 8)))

@@ -107,6 +107,22 @@ def test_extreme_header_fields(fields, message):
         l3codec.info(data)
 
 
+@pytest.mark.parametrize(
+    "name, fields, message",
+    [
+        ("fast_gray", {"version": 1}, "fast-mode files of L3 format version 1 are no longer decodable"),
+        ("compact_rgb", {"version": 1, "transform": fmt.TRANSFORM_RGB_MEAN}, "transform 2 for L3 version 1"),
+        ("fast_gray", {"transform": fmt.TRANSFORM_RGB_MEAN}, "needs 3 or 4 channels"),
+    ],
+)
+def test_version_rules(name, fields, message):
+    """Version-1 files are compact with transform 0 or 1; transforms 1 and 2 need colour."""
+    data = with_header_fields(FILES[name], **fields)
+    for read in (l3codec.info, l3codec.decode):
+        with pytest.raises(l3codec.L3Error, match=message):
+            read(data)
+
+
 def test_header_checksum_guards_the_header():
     data = bytearray(FILES["compact_rgb"])
     data[8] ^= 1  # width, checksum not resealed

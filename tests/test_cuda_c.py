@@ -20,7 +20,7 @@ from emulation import (
 )
 from images import make_image
 from l3codec import batch as l3batch
-from l3codec import cpu
+from l3codec import cpu, fast
 from l3codec import format as fmt
 from l3codec.kernels import cuda_c
 
@@ -56,6 +56,43 @@ def _stream_census(data) -> dict:
     return census
 
 
+def _fast_census(data) -> dict:
+    """Counts of what the rows of a file's coded fast streams hold: zero rows (A = 0), unflagged,
+    packed and Rice groups (docs/FORMAT.md §7), read with fast.py's field helpers."""
+    parsed = fmt.parse(data)
+    info = parsed.info
+    buf = np.frombuffer(data, np.uint8)
+    census = {"zero_rows": 0, "unflagged": 0, "packed": 0, "rice": 0}
+    for stream, (start, end) in enumerate(zip(parsed.stream_starts, parsed.stream_ends)):
+        if buf[start] != fmt.KIND_CODED:
+            continue
+        tile = stream // info.channels
+        h = min(info.tile_height, info.height - tile // info.tiles_x * info.tile_height)
+        w = min(info.tile_width, info.width - tile % info.tiles_x * info.tile_width)
+        pos = (int(start) + 1) * 8
+        for _ in range(h):
+            if not fast.read_bits(buf, pos, 1):
+                census["zero_rows"] += 1
+                pos += 1
+                continue
+            groups = fast.groups_per_row(w)
+            flags = [int(fast.read_bits(buf, pos + 1 + g, 1)) for g in range(groups)]
+            header = pos + 1 + groups
+            pos = header + sum(flags) * fast.header_bits(info.bits)
+            for g, flag in enumerate(flags):
+                if not flag:
+                    census["unflagged"] += 1
+                    continue
+                fields = int(fast.read_bits(buf, header, fast.header_bits(info.bits)))
+                header += fast.header_bits(info.bits)
+                code_bits = fast.code_bits(info.bits)
+                code, qsum = fields & ((1 << code_bits) - 1), fields >> code_bits
+                census["packed" if code <= info.bits else "rice"] += 1
+                count = min(fast.GROUP_SIZE, w - g * fast.GROUP_SIZE)
+                pos += fast.group_data_bits(code, qsum, count, info.bits)
+    return census
+
+
 def _assert_matches_cpu(files, regions=None, orders=ORDERS):
     regions = regions or [None] * len(files)
     expected = [l3codec.decode(f, region=r) for f, r in zip(files, regions)]
@@ -84,22 +121,31 @@ def test_matches_cpu_decoder(mode, dtype, channels):
         files.append(
             _encode(make_image(kind, h, w, channels, dtype, seed + i), mode, tile_width, tile_height)
         )
+    if mode == "fast":  # rows of several groups, the right ones flat: unflagged groups
+        image = make_image("smooth_noise", 20, 150, channels, dtype, seed)
+        image[:, 64:] = image[:1, 64:65]
+        files.append(_encode(image, mode, 144, 8))
     census = {
         key: sum(_stream_census(f)[key] for f in files) for key in ("constant", "coded", "raw", "copy_rows")
     }
     assert census["constant"] and census["coded"] and census["raw"], census
     if mode == "compact":
         assert census["copy_rows"], census
+    else:
+        groups = {key: sum(_fast_census(f)[key] for f in files)
+                  for key in ("zero_rows", "unflagged", "packed", "rice")}
+        assert all(groups.values()), groups
     _assert_matches_cpu(files)
 
 
 @pytest.mark.parametrize("mode", ["compact", "fast"])
-def test_subtract_green_and_no_transform(mode):
+def test_every_colour_transform(mode):
+    """The write-out's inverse transforms (format.TRANSFORM_NAMES), 3 and 4 channels, 8 and 16 bits."""
     image = make_image("smooth_noise", 20, 40, 4, np.uint16, 5)
-    files = [_encode(image, mode, 16, transform=t) for t in ("subtract-green", "none")]
-    files.append(
-        _encode(make_image("gradient", 20, 40, 3, np.uint8, 6), mode, 32, transform="subtract-green")
-    )
+    files = [_encode(image, mode, 16, transform=t) for t in fmt.TRANSFORM_NAMES.values()]
+    for transform in ("subtract-green", "rg-mean"):
+        files.append(_encode(make_image("gradient", 20, 40, 3, np.uint8, 6), mode, 32, transform=transform))
+    assert {fmt.parse(f).info.transform for f in files} == set(fmt.TRANSFORM_NAMES.values())
     _assert_matches_cpu(files, orders=("shuffled",))
 
 
@@ -118,8 +164,9 @@ def test_wide_tiles_are_written_in_strips_and_bands():
     assert cuda_c.shared_memory_bytes(fast) <= cuda_c.DEFAULT_SHARED_LIMIT
     _assert_matches_cpu(files, orders=("forward",))
     assert _stream_census(files[3])["raw"] == 4
-    # the widest fast tile: 256 width groups, two per thread
+    # the widest fast tile: 4096 // fast.GROUP_SIZE groups, with Rice groups among them
     widest = [_encode(make_image("smooth_noise", 3, 4100, 1, np.uint8, 5), "fast", 4096, 8)]
+    assert _fast_census(widest[0])["rice"]
     _assert_matches_cpu(widest, orders=("shuffled",))
     _assert_matches_cpu(
         files, [(3, 130, 30, 140), (0, 140, 35, 60), (17, 5, 50, 250), (1, 2, 38, 250)], orders=("reversed",)
@@ -317,14 +364,17 @@ def test_every_status_code_is_reachable_in_encoded_files():
         if mode == "compact":
             bad_header[start + 1] = 40  # run index > 31
         else:
-            bad_header[start + 1] = 0xFF  # group width 15 > 8
+            # row 0: A = 1, one group flagged, its header at bits 2..12 of byte start + 1: packed width 8
+            # with a nonzero qsum
+            assert data[start + 1] & 3 == 3
+            bad_header[start + 1:start + 3] = ((0b1_1000 << 2) | 3).to_bytes(2, "little")
         cases.append((reseal(bytes(bad_header)), fmt.STATUS_BAD_HEADER))
         corrupt = bytearray(data)
         if mode == "compact":
             length_bits = corrupt[start + 7]
             corrupt[start + 8] &= ~((1 << min(8, length_bits)) - 1) & 0xFF  # row 0 length -> 0 (low bits)
         else:
-            corrupt[start + 1] = (corrupt[start + 1] & 0xF0) | 8  # row 0 group width 8: the residuals overrun
+            corrupt[start + 1] = (corrupt[start + 1] & 0xC3) | (9 << 2)  # row 0's code -> Rice, k = 0
         cases.append((reseal(bytes(corrupt)), None))
     constant = _encode(np.full((8, 16), 9, np.uint8), "compact", 16)
     cases.append((constant, 0))
@@ -495,9 +545,11 @@ def test_a_mixed_launch_gets_the_shared_memory_of_its_largest_item():
 
 
 def test_kernel_constants_match_the_python_codec():
-    """l3_common.cuh's enumerators (which cuda_c.py reads for its launch sizes) against format.py,
-    compact.py and fast.py, the normative side."""
-    from l3codec import compact, fast
+    """l3_common.cuh's enumerators (which cuda_c.py reads for its launch sizes) and fast.cu's against
+    format.py, compact.py and fast.py, the normative side."""
+    from l3codec import compact
+
+    import re
 
     constants = cuda_c.header_constants()
     python = {
@@ -513,11 +565,16 @@ def test_kernel_constants_match_the_python_codec():
         "RUN_INDEX_MAX": compact.RUN_INDEX_MAX,
         "COMPACT_HEADER_BYTES": compact.HEADER_BYTES,
         "K_NIBBLE_BYTES": compact.K_NIBBLE_BYTES,
-        "GROUP_SIZE": fast.GROUP_SIZE,
-        "FAST_MAX_GROUPS": fmt.MAX_TILE_WIDTH // fast.GROUP_SIZE,
     }
-    assert len(python) >= 20
+    assert len(python) >= 18
     assert {name: constants[name] for name in python} == python
+    # fast.cu's own enumerators: the fast v2 constants of fast.py, and the widest tile of format.py
+    text = (cuda_c.KERNEL_DIR / "fast.cu").read_text()
+    block = re.search(r"enum : int \{  // fast\.py.*?\}", text, re.S).group(0)
+    fast_cu = {name: int(value) for name, value in re.findall(r"\b(FAST_[A-Z_]+) = (\d+),", block)}
+    assert fast_cu == {"FAST_GROUP_SIZE": fast.GROUP_SIZE, "FAST_QSUM_BITS": fast.QSUM_BITS,
+                       "FAST_PHASES": fast.PHASES}
+    assert "FAST_ROW_GROUPS = 4096 / FAST_GROUP_SIZE" in text and fmt.MAX_TILE_WIDTH == 4096
     assert (cuda_c.COMPACT_HEADER_SHARED_BYTES, cuda_c.FAST_THREADS) == (
         constants["COMPACT_HEADER_SHARED_BYTES"], constants["FAST_THREADS"])
 

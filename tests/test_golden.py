@@ -10,6 +10,11 @@ from l3codec import format as fmt
 
 GOLDEN = pathlib.Path(__file__).parent / "golden"
 NAMES = sorted(path.stem for path in GOLDEN.glob("*.l3"))
+VERSION1 = GOLDEN / "v1"  # files written by format version 1, kept as they were
+
+
+def _stored_version(data):
+    return int(np.frombuffer(data, fmt.HEADER_DTYPE, count=1)["version"][0])
 
 
 def test_golden_files_exist():
@@ -20,7 +25,7 @@ def test_golden_files_are_current_version():
     """The version field of each file's header bytes, as stored (not Info's default)."""
     for name in NAMES:
         data = (GOLDEN / f"{name}.l3").read_bytes()
-        stored = int(np.frombuffer(data, fmt.HEADER_DTYPE, count=1)["version"][0])
+        stored = _stored_version(data)
         assert stored == l3codec.VERSION, name
         assert l3codec.info(data).version == stored, name
 
@@ -40,3 +45,59 @@ def test_encoder_reproduces_golden_bytes(name):
     options = {"mode": info.mode, "tile_width": info.tile_width, "tile_height": info.tile_height,
                "transform": info.transform}
     assert l3codec.encode(np.load(GOLDEN / f"{name}.npy"), **options) == data
+
+
+def test_golden_files_cover_both_modes_and_transform_2():
+    infos = [l3codec.info((GOLDEN / f"{name}.l3").read_bytes()) for name in NAMES]
+    assert {"compact", "fast"} <= {info.mode for info in infos}
+    assert {("compact", "rg-mean"), ("fast", "rg-mean")} <= {(info.mode, info.transform) for info in infos}
+
+
+@pytest.mark.parametrize("name", ["rgb8_compact", "labels16_compact"])
+def test_version1_compact_files_still_decode(name):
+    from l3codec import batch
+
+    data = (VERSION1 / f"{name}.l3").read_bytes()
+    assert _stored_version(data) == 1 and l3codec.info(data).version == 1
+    np.testing.assert_array_equal(l3codec.decode(data), np.load(VERSION1 / f"{name}.npy"))
+    assert batch.plan_item(data).info.version == 1
+
+
+@pytest.mark.parametrize("name", ["rgb8_compact", "labels16_compact"])
+def test_version1_compact_streams_are_what_version2_writes(name):
+    """The compact bitstream did not change: only the header's version (and its checksum) did."""
+    old = (VERSION1 / f"{name}.l3").read_bytes()
+    info = l3codec.info(old)
+    new = l3codec.encode(np.load(VERSION1 / f"{name}.npy"), mode="compact", tile_width=info.tile_width,
+                         transform=info.transform)
+    assert _stored_version(new) == 2
+    offset = fmt.HEADER_DTYPE.fields["width"][1]
+    assert len(new) == len(old) and new[offset:fmt.HEADER_CRC_OFFSET] == old[offset:fmt.HEADER_CRC_OFFSET]
+    assert new[fmt.HEADER_SIZE:] == old[fmt.HEADER_SIZE:]
+
+
+def test_version1_fast_files_are_refused():
+    """By the CPU decoder and by the GPU batch's host validation, before anything is allocated."""
+    from l3codec import batch
+
+    data = (VERSION1 / "rgba8_fast.l3").read_bytes()
+    assert _stored_version(data) == 1
+    for read in (l3codec.info, l3codec.decode, batch.plan_item, lambda item: batch.prepare([item])):
+        with pytest.raises(l3codec.L3Error, match="fast-mode files of L3 format version 1 are no longer decodable"):
+            read(data)
+
+
+def test_datasets_of_version1_fast_files_are_refused_at_open(tmp_path):
+    """The converter records the format version and mode in the manifest: the reader refuses a
+    dataset of version-1 fast images before reading a shard."""
+    from l3codec import dataset
+
+    for version, mode in ((1, "fast"), (1, "compact"), (2, "fast")):
+        dataset.write_manifest(tmp_path, {"codec_format_version": version, "options": {"mode": mode},
+                                          "splits": {}})
+        if (version, mode) == (1, "fast"):
+            with pytest.raises(l3codec.L3Error, match="fast-mode files of L3 format version 1 are no longer"):
+                dataset.open_dataset(tmp_path)
+        else:  # gets past the manifest, to the missing split
+            with pytest.raises(l3codec.L3Error, match="no split 'train'"):
+                dataset.open_dataset(tmp_path)

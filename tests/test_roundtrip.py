@@ -7,6 +7,8 @@ from hypothesis import strategies as st
 
 import l3codec
 from images import KINDS, make_image
+from l3codec import fast
+from l3codec import format as fmt
 
 
 @st.composite
@@ -46,12 +48,94 @@ def test_region_matches_full_decode(case, data):
     np.testing.assert_array_equal(l3codec.decode(encoded, region=(y, x, h, w)), image[y:y + h, x:x + w])
 
 
-@pytest.mark.parametrize("transform", ["none", "subtract-green"])
-def test_transform_choice_round_trips(transform):
-    image = make_image("smooth_noise", 40, 50, 3, np.uint8, seed=3)
-    data = l3codec.encode(image, transform=transform)
-    assert l3codec.info(data).transform == transform
-    np.testing.assert_array_equal(l3codec.decode(data), image)
+@pytest.mark.parametrize("mode", ["compact", "fast"])
+@pytest.mark.parametrize("transform", ["none", "subtract-green", "rg-mean"])
+def test_transform_choice_round_trips(transform, mode):
+    for channels, dtype in ((3, np.uint8), (4, np.uint16)):
+        image = make_image("smooth_noise", 40, 50, channels, dtype, seed=3)
+        data = l3codec.encode(image, transform=transform, mode=mode)
+        assert l3codec.info(data).transform == transform
+        np.testing.assert_array_equal(l3codec.decode(data), image)
+
+
+@pytest.mark.parametrize("mode", ["compact", "fast"])
+def test_default_transform_is_the_modes(mode):
+    data = l3codec.encode(make_image("gradient", 8, 8, 3, np.uint8), mode=mode)
+    assert l3codec.info(data).transform == fmt.TRANSFORM_NAMES[fmt.DEFAULT_COLOUR_TRANSFORM[fmt.MODES[mode]]]
+    assert l3codec.info(l3codec.encode(np.zeros((8, 8), np.uint8), mode=mode)).transform == "none"
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16])
+def test_colour_transforms_invert_at_the_extremes(dtype):
+    """Every combination of extreme and middle samples, and random pixels, through both transforms."""
+    top = np.iinfo(dtype).max
+    levels = np.array([0, 1, 2, top // 2, top // 2 + 1, top - 1, top])
+    grid = np.stack(np.meshgrid(levels, levels, levels, indexing="ij"), -1).reshape(-1, 1, 3)
+    noise = np.random.default_rng(4).integers(0, top, (500, 1, 3), endpoint=True)
+    image = np.concatenate([grid, noise]).astype(dtype)
+    for transform in ("subtract-green", "rg-mean"):
+        np.testing.assert_array_equal(l3codec.decode(l3codec.encode(image, transform=transform)), image)
+
+
+FAST_WIDTHS = [1, 2, 3, 5, 7, 8, 9, 15, 63, 64, 65, 127, 130, 200]
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16])
+@pytest.mark.parametrize("kind", ["smooth_noise", "labels", "noise", "extremes", "gradient"])
+def test_fast_widths_across_groups_and_phases(kind, dtype):
+    """Widths below the prediction period (8), around the group size (64) and past it; 1-4 channels;
+    tiles of 8 rows (smallest) and one row."""
+    for index, width in enumerate(FAST_WIDTHS):
+        channels = 1 + index % 4
+        for height in (1, 11):
+            image = make_image(kind, height, width, channels, dtype, seed=index)
+            data = l3codec.encode(image, mode="fast", tile_width=208, tile_height=8)
+            np.testing.assert_array_equal(l3codec.decode(data), image, err_msg=f"{width}x{height}")
+
+
+def test_fast_rows_equal_to_the_row_above_cost_one_bit():
+    row = make_image("smooth_noise", 1, 256, 1, np.uint8, seed=9)
+    image = np.repeat(row, 64, axis=0)
+    one_row = len(l3codec.encode(row, mode="fast", tile_width=256, tile_height=64))
+    all_rows = len(l3codec.encode(image, mode="fast", tile_width=256, tile_height=64))
+    assert all_rows - one_row <= (63 + 7) // 8  # 63 "any" bits of 0, one more byte of padding at most
+    np.testing.assert_array_equal(l3codec.decode(l3codec.encode(image, mode="fast")), image)
+
+
+def test_fast_zero_groups_cost_one_flag_bit():
+    """Changes confined to group 0 of a 256-wide tile: the three other groups cost their flag bit per
+    row and nothing else, against the same changes in a 64-wide tile."""
+    image = np.zeros((64, 256), np.uint8)
+    image[:, 0:5] = np.arange(64)[:, None] * 3 % 256
+    wide = len(l3codec.encode(image, mode="fast", tile_width=256, tile_height=64))
+    narrow = len(l3codec.encode(image[:, :64], mode="fast", tile_width=256, tile_height=64))
+    assert 0 < wide - narrow <= (3 * 64 + 7) // 8 + 1
+    np.testing.assert_array_equal(l3codec.decode(l3codec.encode(image, mode="fast")), image)
+
+
+def _cheapest_code(values, bits):
+    """The reference encoder's choice (docs/FORMAT.md §7.5), by brute force."""
+    count = len(values)
+    options = [(count * max(values).bit_length(), 0, max(values).bit_length(), 0)]  # packing wins ties
+    for k in range(fast.max_rice_k(bits) + 1):
+        qsum = sum(value >> k for value in values)
+        if qsum < 2 ** fast.QSUM_BITS:
+            options.append((count * (k + 1) + qsum, 1, bits + 1 + k, qsum))
+    cost, _, code, qsum = min(options)
+    return code, qsum
+
+
+@pytest.mark.parametrize("bits", [8, 16])
+def test_fast_encoder_takes_the_cheapest_group_code(bits):
+    rng = np.random.default_rng(bits)
+    for trial in range(300):
+        count = int(rng.integers(1, fast.GROUP_SIZE + 1))
+        scale = 2.0 ** rng.uniform(0, bits - 1)
+        values = np.minimum(rng.exponential(scale, count).astype(np.int64), 2**bits - 1)
+        values[int(rng.integers(count))] = max(1, values.max())
+        if rng.random() < 0.2:
+            values[int(rng.integers(count))] = 2**bits - 1  # an outlier
+        assert fast.choose_group_code(values, 0, count, bits) == _cheapest_code(values.tolist(), bits)
 
 
 def test_region_decodes_only_intersecting_tiles():
@@ -130,9 +214,10 @@ def test_bad_arrays_raise(array, message):
         l3codec.encode(array)
 
 
-def test_subtract_green_needs_colour():
+@pytest.mark.parametrize("transform", ["subtract-green", "rg-mean"])
+def test_colour_transforms_need_colour(transform):
     with pytest.raises(l3codec.L3Error, match="3 or 4 channels"):
-        l3codec.encode(np.zeros((4, 4), np.uint8), transform="subtract-green")
+        l3codec.encode(np.zeros((4, 4), np.uint8), transform=transform)
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,9 @@
 
     python tests/golden/make_golden.py
 
-Each case writes NAME.l3 and NAME.npy (the expected pixels).
+Each case writes NAME.l3 and NAME.npy (the expected pixels). tests/golden/v1/ keeps files of
+format version 1 as they were written then (never regenerated): compact ones must still decode,
+fast ones must be refused.
 """
 
 import pathlib
@@ -20,19 +22,29 @@ from images import make_image  # noqa: E402
 # name: (kind, height, width, channels, dtype, encode options)
 CASES = {
     "gray8_compact": ("smooth_noise", 37, 45, 1, np.uint8, {"mode": "compact", "tile_width": 32}),
-    "rgb8_compact": ("smooth_noise", 40, 70, 3, np.uint8, {"mode": "compact", "tile_width": 48}),
-    "rgba8_fast": ("gradient", 33, 20, 4, np.uint8, {"mode": "fast", "tile_width": 16, "tile_height": 8}),
+    "rgb8_compact": ("smooth_noise", 40, 70, 3, np.uint8, {"mode": "compact", "tile_width": 48,
+                                                            "transform": "subtract-green"}),
+    "rgba8_fast": ("gradient", 33, 20, 4, np.uint8, {"mode": "fast", "tile_width": 16, "tile_height": 8,
+                                                     "transform": "subtract-green"}),
+    "rgb8_fast_rg_mean": ("smooth_noise", 40, 150, 3, np.uint8,
+                          {"mode": "fast", "tile_width": 144, "tile_height": 16, "transform": "rg-mean"}),
+    "rgb8_compact_rg_mean": ("smooth_noise", 40, 70, 3, np.uint8, {"mode": "compact", "tile_width": 48,
+                                                                    "transform": "rg-mean"}),
+    "labels8_fast": ("labels", 64, 25, 1, np.uint8, {"mode": "fast", "tile_width": 256, "tile_height": 32}),
+    "gray16_fast": ("smooth_noise", 9, 70, 1, np.uint16, {"mode": "fast", "tile_width": 80, "tile_height": 8}),
     "rgb16_fast": ("smooth_noise", 19, 50, 3, np.uint16, {"mode": "fast", "tile_width": 32, "tile_height": 16}),
     "labels8_compact": ("labels", 64, 80, 1, np.uint8, {"mode": "compact", "tile_width": 64}),
     "labels16_compact": ("labels", 35, 33, 1, np.uint16, {"mode": "compact", "tile_width": 16}),
     "la8_compact_noise": ("noise", 9, 17, 2, np.uint8, {"mode": "compact", "tile_width": 16}),
     "one_pixel_fast": ("extremes", 1, 1, 3, np.uint16, {"mode": "fast"}),
 }
+# columns repeated, so that label regions span whole fast groups (zero groups between edges)
+WIDENED = {"labels8_fast": 16}
 
 
 def main():
     for name, (kind, height, width, channels, dtype, options) in CASES.items():
-        image = make_image(kind, height, width, channels, dtype, seed=7)
+        image = np.repeat(make_image(kind, height, width, channels, dtype, seed=7), WIDENED.get(name, 1), axis=1)
         (HERE / f"{name}.l3").write_bytes(l3codec.encode(image, **options))
         np.save(HERE / f"{name}.npy", image)
         print(name, image.shape, image.dtype, options)
