@@ -336,6 +336,19 @@ L3_DEVICE void init_tile_writer(TileWriter& writer, const L3Item& item, unsigned
     writer.transform = item.channels >= 3 ? (int)item.transform : 0;
 }
 
+// The sample the output holds at (channel, tile row, tile column): fetch's staged sample after the
+// inverse colour transform (colour.py: R = P0 + G - half; B = P2 + G - half for subtract-green,
+// P2 + ((R + G) >> 1) - half for rg-mean).
+template <int BITS, typename Fetch>
+L3_DEVICE unsigned output_sample(const TileWriter& writer, const Fetch& fetch, int channel, int r, int c) {
+    const unsigned value = fetch(channel, r, c);
+    if (writer.transform == 0 || (channel != 0 && channel != 2)) return value;
+    const unsigned green = fetch(1, r, c);
+    if (writer.transform == TRANSFORM_RGB_MEAN && channel == 2)
+        return add_green<BITS>(value, (add_green<BITS>(fetch(0, r, c), green) + green) >> 1);
+    return add_green<BITS>(value, green);
+}
+
 // Write the staged samples of tile rows [r0, r1) and columns [c0, c1) that fall inside the
 // region: HWC interleaved, little-endian samples, after the inverse colour transform.
 // fetch(channel, row, col) returns a staged plane sample (tile coordinates). Consecutive
@@ -350,7 +363,6 @@ L3_DEVICE void write_tile_part(const TileWriter& writer, int r0, int r1, int c0,
     c1 = min_of(c1, writer.col_hi);
     if (r0 >= r1 || c0 >= c1) return;
     const int channels = writer.channels;
-    const int transform = writer.transform;
     const int row_samples = (c1 - c0) * channels;
     const long long pitch = writer.pitch;
     unsigned char* base = writer.out + (r0 - writer.row_lo) * pitch + (c0 - writer.col_lo) * channels * (int)sizeof(T);
@@ -365,29 +377,11 @@ L3_DEVICE void write_tile_part(const TileWriter& writer, int r0, int r1, int c0,
         // channels is 1..4: a shift, or for 3 a division by a constant (a multiply)
         const int pixel = channels == 3 ? (int)((unsigned)sample / 3u) : sample >> (channels >> 1);
         const int channel = sample - pixel * channels;
-        const int r = r0 + row, c = c0 + pixel;
-        unsigned value = fetch(channel, r, c);
-        if (transform != 0 && (channel == 0 || channel == 2)) {
-            // colour.py: R = P0 + G - half; B = P2 + G - half (subtract-green) or P2 + ((R + G) >> 1) - half
-            const unsigned green = fetch(1, r, c);
-            unsigned base = green;
-            if (transform == TRANSFORM_RGB_MEAN && channel == 2)
-                base = (add_green<BITS>(fetch(0, r, c), green) + green) >> 1;
-            value = add_green<BITS>(value, base);
-        }
-        reinterpret_cast<T*>(base + row * pitch)[sample] = (T)value;
+        reinterpret_cast<T*>(base + row * pitch)[sample] = (T)output_sample<BITS>(writer, fetch, channel, r0 + row,
+                                                                                 c0 + pixel);
     }
 }
 
-
-// The sample the output holds at (channel, tile row, tile column): fetch's staged sample after the
-// inverse colour transform.
-template <int BITS, typename Fetch>
-L3_DEVICE unsigned output_sample(const TileWriter& writer, const Fetch& fetch, int channel, int r, int c) {
-    const unsigned value = fetch(channel, r, c);
-    if (writer.green && (channel == 0 || channel == 2)) return add_green<BITS>(value, fetch(1, r, c));
-    return value;
-}
 
 // Where write_tile_sectors ends an output row whose first byte is at an address `misalign`
 // past a 128-byte boundary, once the tile's columns before c are staged: the region's end
