@@ -8,12 +8,16 @@ every source it compiles (jit.cached_njit).
 
 from __future__ import annotations
 
+import concurrent.futures
+import itertools
+import os
 import sys
 
 import numba
 import numpy as np
 from llvmlite import ir
 from numba.core import types
+from numba.core.registry import CPUDispatcher
 from numba.cpython.unsafe.numbers import trailing_zeros as _count_trailing_zeros
 from numba.extending import intrinsic
 
@@ -67,8 +71,19 @@ _INLINED = {
 }
 
 
+class _UnliteralDispatcher(CPUDispatcher):
+    """A device function compiled once per argument type: Numba would compile it again for every
+    constant argument a caller passes (Literal[int](0), Literal[int](1) ...), and every such copy
+    again for each of its own callees; that was a third of the stream encoder's compile time."""
+
+    def get_call_template(self, args, kws):
+        return super().get_call_template([types.unliteral(a) for a in args],
+                                         {k: types.unliteral(v) for k, v in kws.items()})
+
+
 def _compile(func):
-    return numba.njit(inline="always")(func) if func.__name__ in _INLINED else numba.njit(func)
+    inline = {"inline": "always"} if func.__name__ in _INLINED else {}
+    return _UnliteralDispatcher(py_func=func, targetoptions={"nopython": True, "boundscheck": None, **inline})
 
 
 _dev = compile_device_functions(
@@ -86,7 +101,39 @@ decode_fast_stream = _dev.decode_fast_stream
 MODE_COMPACT = fmt.MODE_COMPACT
 
 _cached = cached_njit([sys.modules[__name__]], notice=FIRST_USE_NOTICE, nogil=True)
-_cached_parallel = cached_njit([sys.modules[__name__]], notice=FIRST_USE_NOTICE, nogil=True, parallel=True)
+
+
+def _in_parallel(driver, count, *args):
+    """driver(*args, first, stop) over ranges that together cover range(count), on numba's thread
+    count (numba.set_num_threads). The drivers are plain nogil functions run by a Python thread
+    pool: the same speed as prange, without the parallel compiler's ~10 s first compile."""
+    threads = min(numba.get_num_threads(), count)
+    if threads <= 1:
+        driver(*args, 0, count)
+        return
+    chunks = min(count, 4 * threads)  # a few per thread, so that one slow chunk does not idle the rest
+    bounds = [count * i // chunks for i in range(chunks + 1)]
+    taken = itertools.count()  # next() on it is atomic under the GIL
+
+    def work():
+        for chunk in iter(taken.__next__, None):
+            if chunk >= chunks:
+                return
+            driver(*args, bounds[chunk], bounds[chunk + 1])
+
+    for future in [_pool().submit(work) for _ in range(threads)]:
+        future.result()
+
+
+_pools = {}
+
+
+def _pool() -> concurrent.futures.ThreadPoolExecutor:
+    """This process's pool (a forked child gets its own: the parent's threads are not in it)."""
+    pid = os.getpid()
+    if pid not in _pools:
+        _pools[pid] = concurrent.futures.ThreadPoolExecutor(numba.config.NUMBA_NUM_THREADS, "l3codec")
+    return _pools[pid]
 
 
 def stream_slot_bytes(tile_width, tile_height, bits):
@@ -97,11 +144,15 @@ def stream_slot_bytes(tile_width, tile_height, bits):
 # ---------------------------------------------------------------- colour and layout
 
 
-@_cached_parallel
 def image_to_planes(image, planes, transform, bits):
     """HWC image -> CHW planes, applying the forward colour transform."""
+    _in_parallel(_image_to_planes, image.shape[0], image, planes, transform, bits)
+
+
+@_cached
+def _image_to_planes(image, planes, transform, bits, first, stop):
     height, width, channels = image.shape
-    for y in numba.prange(height):
+    for y in range(first, stop):
         for x in range(width):
             if transform == 1:
                 r, g, b = subtract_green(np.int64(image[y, x, 0]), np.int64(image[y, x, 1]),
@@ -116,11 +167,15 @@ def image_to_planes(image, planes, transform, bits):
                     planes[c, y, x] = image[y, x, c]
 
 
-@_cached_parallel
 def planes_to_image(planes, origin_y, origin_x, out, transform, bits):
     """CHW planes (covering the region from origin) -> HWC out, undoing the colour transform."""
+    _in_parallel(_planes_to_image, out.shape[0], planes, origin_y, origin_x, out, transform, bits)
+
+
+@_cached
+def _planes_to_image(planes, origin_y, origin_x, out, transform, bits, first, stop):
     height, width, channels = out.shape
-    for y in numba.prange(height):
+    for y in range(first, stop):
         for x in range(width):
             py = y + origin_y
             px = x + origin_x
@@ -153,23 +208,23 @@ def _stream_tile(planes, stream, grid):
     return planes[stream % channels, y0:min(y0 + tile_height, height), x0:min(x0 + tile_width, width)]
 
 
-@_cached_parallel
-def _encode_compact_streams(planes, grid, bits, out, slot_bytes, sizes):
-    for stream in numba.prange(sizes.shape[0]):
+@_cached
+def _encode_compact_streams(planes, grid, bits, out, slot_bytes, sizes, first, stop):
+    for stream in range(first, stop):
         tile = _stream_tile(planes, stream, grid)
         sizes[stream] = encode_compact_stream(tile, bits, out, stream * slot_bytes)
 
 
-@_cached_parallel
-def _encode_fast_streams(planes, grid, bits, out, slot_bytes, sizes):
-    for stream in numba.prange(sizes.shape[0]):
+@_cached
+def _encode_fast_streams(planes, grid, bits, out, slot_bytes, sizes, first, stop):
+    for stream in range(first, stop):
         tile = _stream_tile(planes, stream, grid)
         sizes[stream] = encode_fast_stream(tile, bits, out, stream * slot_bytes)
 
 
-@_cached_parallel
-def _decode_compact_streams(buf, starts, ends, stream_ids, planes, grid, bits, status):
-    for i in numba.prange(stream_ids.shape[0]):
+@_cached
+def _decode_compact_streams(buf, starts, ends, stream_ids, planes, grid, bits, status, first, stop):
+    for i in range(first, stop):
         stream = stream_ids[i]
         tile = _stream_tile(planes, stream, grid)
         code, coded = decode_uncoded(buf, starts[stream], ends[stream], tile, bits)
@@ -178,9 +233,9 @@ def _decode_compact_streams(buf, starts, ends, stream_ids, planes, grid, bits, s
         status[i] = code
 
 
-@_cached_parallel
-def _decode_fast_streams(buf, starts, ends, stream_ids, planes, grid, bits, status):
-    for i in numba.prange(stream_ids.shape[0]):
+@_cached
+def _decode_fast_streams(buf, starts, ends, stream_ids, planes, grid, bits, status, first, stop):
+    for i in range(first, stop):
         stream = stream_ids[i]
         tile = _stream_tile(planes, stream, grid)
         code, coded = decode_uncoded(buf, starts[stream], ends[stream], tile, bits)
@@ -193,7 +248,7 @@ def encode_streams(planes, mode, tile_width, tile_height, bits, out, slot_bytes,
     """Encode every tile-channel of CHW planes into out, stream i at i * slot_bytes; sizes[i] = its size."""
     grid = ((planes.shape[2] + tile_width - 1) // tile_width, tile_width, tile_height, 0, 0)
     driver = _encode_compact_streams if mode == MODE_COMPACT else _encode_fast_streams
-    driver(planes, grid, bits, out, slot_bytes, sizes)
+    _in_parallel(driver, sizes.shape[0], planes, grid, bits, out, slot_bytes, sizes)
 
 
 def gather_streams(out, slot_bytes, sizes, payload):
@@ -211,4 +266,4 @@ def decode_streams(buf, starts, ends, stream_ids, planes, origin_y, origin_x,
     del height, width  # planes end where the image does
     grid = (tiles_x, tile_width, tile_height, origin_y, origin_x)
     driver = _decode_compact_streams if mode == MODE_COMPACT else _decode_fast_streams
-    driver(buf, starts, ends, stream_ids, planes, grid, bits, status)
+    _in_parallel(driver, stream_ids.shape[0], buf, starts, ends, stream_ids, planes, grid, bits, status)
