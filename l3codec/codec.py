@@ -64,8 +64,11 @@ def encode(
     if transform_id != fmt.TRANSFORM_NONE and channels < 3:
         raise L3Error(f"{transform} needs 3 or 4 channels")
 
-    planes = np.empty((channels, height, width), image.dtype)
-    cpu.image_to_planes(image, planes, transform_id, bits)
+    if channels == 1 and image.flags.c_contiguous:
+        planes = image.reshape(1, height, width)  # already one plane: no copy
+    else:
+        planes = np.empty((channels, height, width), image.dtype)
+        cpu.image_to_planes(image, planes, transform_id, bits)
     tiles_x, tiles_y = fmt.tile_grid(width, height, tile_width, tile_height)
     stream_count = tiles_x * tiles_y * channels
     slot_bytes = cpu.stream_slot_bytes(tile_width, tile_height, bits)
@@ -155,12 +158,15 @@ def decode(data, /, *, region=None, out=None, verify: bool = True) -> np.ndarray
     streams, origin, size = region_streams(info, region)
     y, x, h, w = region
     shape = (h, w) if info.channels == 1 else (h, w, info.channels)
+    # one channel, whole tiles, no caller's out (which a corrupt stream must leave as it was):
+    # decoded straight into out; else into planes, then copied
+    direct = out is None and info.channels == 1 and (y, x, h, w) == (*origin, *size)
     if out is None:
         out = np.empty(shape, info.dtype)
     else:
         _check_out(out, shape, info.dtype)
     buf = fmt.as_bytes_view(data)
-    planes = np.empty((info.channels, size[0], size[1]), info.dtype)
+    planes = out.reshape(1, h, w) if direct else np.empty((info.channels, size[0], size[1]), info.dtype)
     status = np.zeros(streams.size, np.int64)
     cpu.decode_streams(
         buf, parsed.stream_starts, parsed.stream_ends, streams, planes, origin[0], origin[1],
@@ -168,6 +174,8 @@ def decode(data, /, *, region=None, out=None, verify: bool = True) -> np.ndarray
         fmt.MODES[info.mode], info.bits, status,
     )
     raise_for_status(status, streams, info.channels)
+    if direct:
+        return out
     target = out if out.ndim == 3 else out[:, :, None]
     transform = fmt.TRANSFORMS[info.transform]
     cpu.planes_to_image(planes, y - origin[0], x - origin[1], target, transform, info.bits)
