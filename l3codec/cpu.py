@@ -63,7 +63,7 @@ _INLINED = {
     "load56", "peek_bits", "read_bits", "trailing_zeros", "read_sample", "uncoded_sample", "subtract_green",
     "add_green", "med", "neighbours", "tile_neighbours", "activity_context", "unzigzag", "rice_parameter",
     "adapted", "initial_sum", "decode_code", "decode_run", "predict_odd", "predict", "width_field_bits",
-    "groups_per_row",
+    "groups_per_row", "zigzag", "adapt", "encode_mapped",
 }
 
 
