@@ -10,8 +10,9 @@ from build_registry(). For each image and codec it records the compressed
 size, the best-of-N encode and decode times and whether the round trip is
 exact. --codec keeps only the codecs whose names contain NAME (case-insensitive;
 PNG, OpenCV default stays as the size reference), for a quick comparison such as
-`--codec "L3 compact" --codec libspng --codec QOI`. Results go to <out>/codecs.md (tables), codecs.json (raw numbers)
-and codecs.png (size against one-thread decode speed).
+`--codec "L3 compact" --codec libspng --codec QOI`. Results go to
+<out>/codecs.md (tables), codecs.json (raw numbers) and codecs.png (size
+against one-thread decode speed).
 """
 
 from __future__ import annotations
