@@ -2,14 +2,17 @@
 
 Usage (from the repository root)::
 
-    python bench/codecs.py [folder ...] [--repeat N] [--out bench/results]
+    python bench/codecs.py [folder ...] [--repeat N] [--codec NAME ...] [--out bench/results]
 
 Every PNG in each folder is decoded once with OpenCV (RGB order, label maps
 as 8- or 16-bit single channel) and then encoded and decoded by every codec
 from build_registry(). For each image and codec it records the compressed
 size, the best-of-N encode and decode times and whether the round trip is
-exact. Results go to <out>/codecs.md (tables), codecs.json (raw numbers)
-and codecs.png (size against one-thread decode speed).
+exact. --codec keeps only the codecs whose names contain NAME (case-insensitive;
+PNG, OpenCV default stays as the size reference), for a quick comparison such as
+`--codec "L3 compact" --codec libspng --codec QOI`. Results go to
+<out>/codecs.md (tables), codecs.json (raw numbers) and codecs.png (size
+against one-thread decode speed).
 """
 
 from __future__ import annotations
@@ -166,8 +169,9 @@ def available(module_const: str) -> bool:
     return bool(const is not None and getattr(const, "available", False))
 
 
-def build_registry() -> list[Codec]:
-    """All codecs that can run here; missing ones are reported and skipped."""
+def build_registry(names: list[str] | None = None) -> list[Codec]:
+    """All codecs that can run here (those whose names contain one of names, and the size
+    reference, when names are given); missing ones are reported and skipped."""
     ic = imagecodecs
     entries: list[tuple[Codec, bool, str]] = [
         (Codec("L3 compact", l3_encoder("compact"), l3codec.decode, any_image, True), True, ""),
@@ -196,6 +200,10 @@ def build_registry() -> list[Codec]:
         (Codec("HTJ2K reversible (OpenJPH)", htj2k_encode, ic.htj2k_decode, any_image),
          available("HTJ2K"), "imagecodecs.HTJ2K unavailable"),
     ]
+    if names:
+        wanted = [n.lower() for n in names]
+        entries = [e for e in entries
+                   if e[0].name == REFERENCE or any(n in e[0].name.lower() for n in wanted)]
     registry = []
     for codec, ok, why in entries:
         if ok:
@@ -497,6 +505,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("folders", nargs="*", type=Path,
                    help=f"folders of PNG images (default: {DEFAULT_FOLDER})")
     p.add_argument("--repeat", type=int, default=3, help="timing runs per image (best is kept)")
+    p.add_argument("--codec", action="append", metavar="NAME",
+                   help="only codecs whose names contain NAME (repeatable; the PNG size reference stays)")
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results")
     args = p.parse_args(argv)
 
@@ -509,7 +519,7 @@ def main(argv: list[str] | None = None) -> int:
     info = machine_info()
     print(f"{info['date']}  {info['nproc']} CPUs  {info['cpu']}  numba {numba.__version__} "
           f"({ALL_THREADS} threads)  imagecodecs {imagecodecs.__version__}")
-    registry = build_registry()
+    registry = build_registry(args.codec)
     warm_up(registry)
 
     records: list[dict] = []

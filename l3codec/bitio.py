@@ -48,6 +48,24 @@ def peek_bits(buf, bit_pos):
 
 
 @device
+def peek_window(buf, bit_pos):
+    """peek_bits without a branch: the same bits (load56's seven bytes from bit_pos >> 3, zero past
+    the end, shifted by bit_pos & 7), from one 8-byte read clamped to the buffer's last 8 bytes.
+    buf must hold at least 8 bytes. The compact decoder reads every code word with it: compiled by
+    Numba, a branch on the buffer's end inside a loop costs a reference-count round trip per call,
+    and the unsigned index lets the eight byte reads become one load."""
+    byte_pos = bit_pos >> 3
+    start = min(byte_pos, buf.shape[0] - 8)
+    word = np.uint64(0)
+    for i in range(8):
+        word |= np.uint64(buf[np.uint64(start) + np.uint64(i)]) << np.uint64(8 * i)
+    # drop the bytes before byte_pos (all 8 when byte_pos is past the end) in two shifts: one of
+    # 64 bits would be undefined
+    skip = np.uint64(4 * min(byte_pos - start, 8))
+    return np.int64(((word >> skip) >> skip) & np.uint64((1 << 56) - 1)) >> (bit_pos & 7)
+
+
+@device
 def read_bits(buf, bit_pos, count):
     """count (0..32) bits at bit_pos as an integer."""
     return peek_bits(buf, bit_pos) & ((np.int64(1) << count) - 1)

@@ -14,7 +14,7 @@ runs, adaptation), and the tests hold the two to the same pixels and statuses.
 import numpy as np
 
 from .bitio import (
-    W_NACC, W_POS, WRITER_STATE_SIZE, bit_length, peek_bits, put_bits, read_bits, trailing_zeros,
+    PEEK_BITS, W_NACC, W_POS, WRITER_STATE_SIZE, bit_length, peek_window, put_bits, read_bits, trailing_zeros,
     writer_flush, writer_init,
 )
 from .format import KIND_CODED, STATUS_BAD_HEADER, STATUS_BAD_SIZE, STATUS_CORRUPT, STATUS_OK
@@ -168,7 +168,7 @@ def row_state_init(state, bit_pos, k_nibbles, run_index):
 @device
 def decode_code(buf, pos, k, bits):
     """One Golomb-Rice (or escaped) code word at bit pos: (mapped residual, bit position after it)."""
-    window = peek_bits(buf, pos)
+    window = peek_window(buf, pos)
     q = trailing_zeros(window, UNARY_LIMIT)
     # the whole code word fits the 49-bit window: q + 1 + k <= 29, UNARY_LIMIT + bits <= 28
     if q < UNARY_LIMIT:
@@ -190,11 +190,19 @@ def decode_mapped(buf, state, ctx, bits):
 def decode_run(buf, pos, index, remaining):
     """A run starting at a sample with `remaining` samples left in its row: (length, bit position
     after it, run index after it, error). A length of `remaining` ends the row; a shorter run is
-    followed by its interruption sample. A run past the row end is an error (cut to remaining - 1)."""
+    followed by its interruption sample. A run past the row end is an error (cut to remaining - 1).
+    The run's bits are read from one window, peeked again only when it runs short."""
     run = 0
+    window = peek_window(buf, pos)
+    used = 0  # bits of window consumed: it holds at least PEEK_BITS - used more
     while True:
         order = RUN_ORDER[index]
-        if read_bits(buf, pos, 1):
+        if used + 1 + order > PEEK_BITS:
+            window = peek_window(buf, pos)
+            used = 0
+        if window & 1:
+            window >>= 1
+            used += 1
             pos += 1
             chunk = np.int64(1) << order
             if chunk >= remaining - run:
@@ -205,7 +213,7 @@ def decode_run(buf, pos, index, remaining):
             if index < RUN_INDEX_MAX:
                 index += 1
         else:
-            run += read_bits(buf, pos + 1, order)
+            run += (window >> 1) & ((np.int64(1) << order) - 1)
             pos += 1 + order
             error = 0
             if run > remaining - 1:
@@ -266,30 +274,40 @@ def decode_sample(buf, state, w, n, nw, mapped_n, remaining, bits):
 def decode_compact_row(buf, pos, tile, row, width, bits, k_nibbles, run_index, sums, counts, mapped_rows):
     """Decode one coded row of a tile plane (2-D view) from bit pos: the CPU's form of decode_sample,
     which a GPU lane steps through one sample at a time, with the state in local variables (sums and
-    counts: scratch for the contexts' adaptive state). mapped_rows as for encode_compact_row.
+    counts: scratch for the contexts' adaptive state) and W and WW carried along the row rather than
+    read back. mapped_rows as for encode_compact_row.
     Returns (bit position after the row, error); a row with an error is corrupt whatever follows."""
     half = np.int64(1) << (bits - 1)
     mask = (np.int64(1) << bits) - 1
+    here = tile[row]
+    above = tile[row - 1] if row > 0 else here  # read only when row > 0
     mapped_here = mapped_rows[row % 2]
     mapped_above = mapped_rows[(row + 1) % 2]
     for ctx in range(CONTEXTS):
         sums[ctx] = initial_sum(k_nibbles, ctx)
         counts[ctx] = INITIAL_COUNT
+    left = half  # here[col - 1] once col > 0
+    left2 = half  # here[col - 2] once col > 1
     mapped_w = np.int64(0)
     interrupt = False
     col = 0
     while col < width:
-        w, n, nw = tile_neighbours(tile, row, col, half)
+        up = np.int64(above[col]) if row > 0 else half
+        upleft = np.int64(above[col - 1]) if row > 0 and col > 0 else half
+        w, n, nw = neighbours(row, col, left, left2, up, upleft, half)
         if not interrupt and w == n and n == nw:
             run, pos, run_index, error = decode_run(buf, pos, run_index, width - col)
             if error:
                 return pos, 1
             for i in range(col, col + run):
-                tile[row, i] = w
+                here[i] = w
                 mapped_here[i] = 0
             col += run
             mapped_w = 0
             interrupt = True
+            # a run starts where W (if any) already equals its value, so W and WW are the run's
+            left = w
+            left2 = w
             if run > 0:
                 continue  # the interruption sample sees the run in its neighbours
         ctx = INTERRUPT_CONTEXT if interrupt else activity_context(
@@ -302,9 +320,12 @@ def decode_compact_row(buf, pos, tile, row, width, bits, k_nibbles, run_index, s
         else:
             value = med(w, n, nw) + unzigzag(mapped)
         interrupt = False
-        tile[row, col] = value & mask
+        value &= mask
+        here[col] = value
         mapped_here[col] = mapped
         mapped_w = mapped
+        left2 = left
+        left = value
         col += 1
     return pos, 0
 

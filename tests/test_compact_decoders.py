@@ -107,3 +107,19 @@ def test_row_and_step_decoders_report_the_same_status_on_damage(name):
             step_tile = stream_tile(info, step_planes, stream)
             assert np.array_equal(step_tile, stream_tile(info, cpu_planes, stream))
     assert len(statuses - {0}) >= 2  # the damage reached more than one kind of check
+
+
+def test_branch_free_window_reads_the_bits_peek_bits_reads():
+    """bitio.peek_window (the compact decoders' read) against peek_bits, plain and compiled, at every
+    bit position of short buffers, including positions near and past the end."""
+    from l3codec import bitio
+
+    rng = np.random.default_rng(7)
+    compiled = cpu._dev.peek_window
+    for size in (8, 9, 15, 16, 23):
+        buf = rng.integers(0, 256, size, dtype=np.uint8)
+        buf[-1] |= 0x80  # the last byte's top bit set: an arithmetic shift would smear it
+        for bit_pos in range(0, (size + 9) * 8):
+            expected = bitio.peek_bits(buf, bit_pos)
+            assert bitio.peek_window(buf, bit_pos) == expected, (size, bit_pos)
+            assert compiled(buf, bit_pos) == expected, (size, bit_pos)
