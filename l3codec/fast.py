@@ -11,7 +11,7 @@ the headers alone, by a prefix sum. docs/FORMAT.md §7 is the specification.
 
 import numpy as np
 
-from .bitio import PEEK_BITS, W_POS, WRITER_STATE_SIZE, bit_length, peek_bits, put_bits, read_bits, \
+from .bitio import PEEK_BITS, W_POS, WRITER_STATE_SIZE, bit_length, peek_window, put_bits, read_bits, \
     trailing_zeros, writer_flush, writer_init
 from .compact import med, unzigzag, zigzag
 from .format import KIND_CODED, STATUS_BAD_HEADER, STATUS_BAD_SIZE, STATUS_CORRUPT, STATUS_OK
@@ -129,7 +129,7 @@ def unpack_samples(buf, pos, tile, row, col, count, width_bits):
     per_peek = PEEK_BITS // max(width_bits, 1)  # fields one peek holds: no test per sample
     stop_all = col + count
     while col < stop_all:
-        window = peek_bits(buf, pos)
+        window = peek_window(buf, pos)
         stop = min(stop_all, col + per_peek)
         for c in range(col, stop):
             tile[row, c] = window & field_mask
@@ -144,16 +144,16 @@ def decode_rice_group(buf, pos, tile, row, col, count, k, qsum, bits):
     False unless its unary part decodes in exactly count + qsum bits to values below 2**bits."""
     remainder_mask = (np.int64(1) << k) - 1
     first = pos
-    remainders = peek_bits(buf, first)
+    remainders = peek_window(buf, first)
     remainders_left = PEEK_BITS  # bits of a window not yet consumed, all of them read from buf
     pos += count * k
     end = pos + count + qsum
-    window = peek_bits(buf, pos)
+    window = peek_window(buf, pos)
     left = PEEK_BITS
     largest = np.int64(0)
     for c in range(col, col + count):
         if remainders_left < k:
-            remainders = peek_bits(buf, first + (c - col) * k)
+            remainders = peek_window(buf, first + (c - col) * k)
             remainders_left = PEEK_BITS
         zeros = trailing_zeros(window, left)
         quotient = zeros
@@ -161,7 +161,7 @@ def decode_rice_group(buf, pos, tile, row, col, count, k, qsum, bits):
             pos += left
             if pos >= end:
                 return False
-            window = peek_bits(buf, pos)
+            window = peek_window(buf, pos)
             left = PEEK_BITS
             zeros = trailing_zeros(window, left)
             quotient += zeros
