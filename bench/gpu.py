@@ -87,10 +87,13 @@ def compact_schedule(info: fmt.Info) -> tuple:
 
 
 def fast_schedule(info: fmt.Info, threads: int) -> tuple:
-    """(busy, issued, block steps) of the CUDA C fast kernel (kernels/fast.cu): per row a
-    block scan of the group widths (every thread takes part), the unpack of w residuals,
-    then w/2 even and w/2 odd columns; row 0 replaces even/odd by a run-sum over runs of
-    columns per thread around one more block scan."""
+    """(busy, issued, block steps) of the CUDA C fast kernel (kernels/fast.cu, format version 2): per
+    row the A bit and flags, a block scan of the flags and one of the group lengths (every thread
+    takes part), the unpack of w residuals (Rice quotients ranked by 32 lanes per group, counted
+    as part of the unpack), then one pass per prediction phase over that phase's columns; row 0
+    replaces the phases by a block scan of the residuals over runs of columns per thread."""
+    from l3codec import fast
+
     busy = issued = steps = 0
 
     def phase(active):
@@ -100,13 +103,24 @@ def fast_schedule(info: fmt.Info, threads: int) -> tuple:
         issued += count * threads
         steps += count
 
+    def phase_columns(w):
+        """Columns of each prediction phase: c % P == 0, then c % 2d == d for d = P/2 .. 1."""
+        columns = [math.ceil(w / fast.PERIOD)]
+        d = fast.PERIOD >> 1
+        while d:
+            columns.append(max(0, (w - d + 2 * d - 1) // (2 * d)))
+            d >>= 1
+        return columns
+
     for ty in range(info.tiles_y):
         h = min(info.tile_height, info.height - ty * info.tile_height)
         for tx in range(info.tiles_x):
             w = min(info.tile_width, info.width - tx * info.tile_width)
+            columns = phase_columns(w)
             for _ in range(info.channels):
                 for row in range(h):
-                    phase(threads)  # width scan
+                    phase(threads)  # flags and headers: scan of the flags
+                    phase(threads)  # scan of the group lengths
                     phase(w)  # unpack
                     if row == 0:
                         per_thread = math.ceil(w / threads)
@@ -114,8 +128,8 @@ def fast_schedule(info: fmt.Info, threads: int) -> tuple:
                             phase(math.ceil(w / per_thread))
                         phase(threads)  # scan of the run sums
                     else:
-                        phase((w + 1) // 2)
-                        phase(w // 2)
+                        for active in columns:
+                            phase(active)
     return busy, issued, steps
 
 
