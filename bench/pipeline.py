@@ -23,7 +23,6 @@ Writes pipeline.md, pipeline.json and pipeline.png to --out.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import resource
@@ -164,9 +163,6 @@ def main(argv=None):
         for step_ms in args.step_ms:
             step = step_ms / 1e3
             for name in args.pipelines:
-                # the last pipeline's worker handles, if garbage but uncollected, would be inherited by the
-                # next one's forked workers, whose collector then runs their __del__ in the wrong process
-                gc.collect()
                 if name == "png":
                     batches = DataLoader(PngFiles(links), batch_size=args.batch_size, num_workers=args.workers,
                                          shuffle=True, persistent_workers=False)

@@ -319,7 +319,7 @@ class _Requests:
             number = self.first + offset
             slot = number % self.slots if self.slots else 0
             if self.wait_slot is not None:
-                self.wait_slot(slot)
+                self.wait_slot()(slot)
             yield self.epoch, number, slot, indices
 
 
@@ -467,7 +467,10 @@ class Loader:
         if self._batches_loader is None:
             source = _BatchSource(self.dataset, self.geometry, self.order.seed, self.on_error == "skip",
                                   self.finish, self._ring)
-            self._requests = _Requests(slots, wait_slot)
+            # a weak method: the sampler, held by the DataLoader that the Loader holds, must not hold
+            # the Loader, or a dropped Loader would linger as a cycle until some later collection,
+            # perhaps inside the next loader's forked workers, whose copy of it cannot stop its workers
+            self._requests = _Requests(slots, weakref.WeakMethod(wait_slot) if wait_slot else None)
             workers = self.num_workers
             self._batches_loader = DataLoader(
                 source, sampler=self._requests, batch_size=None, collate_fn=_identity, num_workers=workers,

@@ -10,6 +10,7 @@ or by the CPU decoder honouring the same tables (loader.host_decode_step). Tests
 import gc
 import socket
 import warnings
+import weakref
 
 import numpy as np
 import pytest
@@ -432,3 +433,20 @@ def test_pinned_staging_is_unregistered_when_freed(monkeypatch):
     del ring
     gc.collect()
     assert calls == [("register", pointer, 4096), ("unregister", pointer)]
+
+
+@pytest.mark.parametrize("path", ["cpu", "gpu-host"])
+def test_a_dropped_loader_is_freed_at_once_with_its_workers(cityscapes, path):
+    """Without a collection: a Loader left in a reference cycle would be collected later, possibly
+    inside the next loader's forked workers, which cannot stop its workers from there."""
+    root, _ = cityscapes
+    loader = _loader(root, path, num_workers=2)
+    batches = iter(loader)
+    next(batches)
+    freed = weakref.ref(loader)
+    gc.disable()
+    try:
+        del batches, loader
+        assert freed() is None
+    finally:
+        gc.enable()
