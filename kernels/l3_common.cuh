@@ -73,7 +73,6 @@ enum : int {  // compact.py
     K_NIBBLE_BYTES = 5,
 };
 
-enum : int { GROUP_SIZE = 16 };  // fast.py
 
 // Where a warp or block takes a stream's samples from, once its header is checked.
 enum : int {
@@ -93,11 +92,12 @@ enum : int {
 enum : int {
     COMPACT_HEADER_SHARED_BYTES = 64,
     COMPACT_STATE_BYTES = 2 * CONTEXTS * 32 * 4 + 32 * 8,
+    COMPACT_RING_MIN = 16,   // format.MIN_TILE_WIDTH: the narrowest tile's columns
     COMPACT_RING_MAX = 128,  // columns staged at once; a wider tile is written in strips
 };
 
 L3_HOST_DEVICE int compact_ring_columns(long long tile_width) {
-    int ring = GROUP_SIZE;
+    int ring = COMPACT_RING_MIN;
     while (ring < tile_width && ring < COMPACT_RING_MAX) ring <<= 1;
     return ring;
 }
@@ -111,10 +111,9 @@ L3_HOST_DEVICE long long compact_shared_bytes(long long channels, long long tile
 // decoded rows ([ring][tile_width] samples): bands of ring - 1 rows are written out at once,
 // the ring's extra row keeps the row above the band.
 enum : int {
-    // a thread per column pair of a 256-wide tile keeps every lane busy in the even and odd phases;
-    // each thread reads two width fields, covering the 256 groups of the widest tile (4096)
+    // a thread per group of the widest tile (4096 / 64; fast.cu asserts it), and per row a column
+    // per thread in each 128-column chunk
     FAST_THREADS = 128,
-    FAST_MAX_GROUPS = 256,
     FAST_FIXED_BYTES = 1232,
     FAST_STAGE_BUDGET = 32768,  // bytes of staged rows aimed at; at least 2 rows are staged
 };
