@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".pbm")
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".pbm")
 LOSSY_SUFFIXES = (".jpg", ".jpeg", ".webp")
 
 

@@ -13,6 +13,7 @@ from OpenCV once Pillow has checked the whole file.
 - CMYK is converted to RGB;
 - mode "I" is kept as 16 bits when every value fits, refused otherwise; any other mode
   (YCbCr, LAB, HSV, F ...) is refused: convert it first;
+- of a multi-frame file (animated GIF or WebP, multi-page TIFF) only the first frame is kept;
 - EXIF orientation is ignored (pixels as stored, as torchvision's ImageFolder gives them)
   unless ``exif_transpose=True``.
 
@@ -33,6 +34,7 @@ CMYK_NOTE = "CMYK converted to RGB"
 LOW_BITS_NOTE = "{bits}-bit grey scaled to 8-bit (0..255)"
 TRANSPARENT_COLOUR_NOTE = "transparent colour (tRNS) {outcome}"
 EXIF_NOTE = "EXIF orientation applied"
+FRAMES_NOTE = "first of {frames} frames kept"
 
 _SIGNATURES = ((b"\x89PNG\r\n\x1a\n", "PNG"), (b"\xff\xd8", "JPEG"), (b"GIF8", "GIF"), (b"BM", "BMP"),
                (b"II*\x00", "TIFF"), (b"MM\x00*", "TIFF"), (b"RIFF", "WebP"))
@@ -88,8 +90,9 @@ def read(data: bytes, /, *, exif_transpose: bool = False) -> tuple:
     try:
         with Image.open(io.BytesIO(data)) as image:
             wide_colour, rawmode = _pillow_narrows(image), _rawmode(image)  # load() forgets both
+            frames = getattr(image, "n_frames", 1)  # counting seeks, and comes back to frame 0
             image.load()  # the whole file: Pillow raises on truncated or corrupt data
-            notes = []
+            notes = [FRAMES_NOTE.format(frames=frames)] if frames > 1 else []
             orientation = image.getexif().get(_ORIENTATION, 1)
             if exif_transpose:
                 transposed = ImageOps.exif_transpose(image)

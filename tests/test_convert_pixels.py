@@ -195,3 +195,12 @@ def test_orientation_of_16bit_colour_pngs_turns_as_pillow_does(orientation):
     with Image.open(buffer) as image:
         expected = np.asarray(ImageOps.exif_transpose(image))
     np.testing.assert_array_equal(sources._orient(pixels, orientation), expected)
+
+
+def test_gif_is_converted_and_an_animation_keeps_its_first_frame(tmp_path):
+    frames = [Image.fromarray(RNG.integers(0, 4, (24, 40), dtype=np.uint8) * 60, "L").convert("P") for _ in range(3)]
+    image, manifest = convert_one(tmp_path, "anim.gif", lambda path: frames[0].save(path, save_all=True,
+                                                                                        append_images=frames[1:]))
+    assert np.array_equal(image, np.asarray(frames[0].convert("RGB")))
+    assert manifest["pixel_notes"] == {sources.FRAMES_NOTE.format(frames=3): 1,
+                                       sources.PALETTE_NOTE.format(layout="RGB"): 1}
