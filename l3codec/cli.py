@@ -12,10 +12,9 @@ written: two inputs with one output, or -o naming a file for several inputs, ref
 the whole command (exit status 2).
 
 Inputs are read under the pixel policy of l3codec/sources.py, shared with l3convert and
-the Pillow plugin (truncated files refused, palettes expanded, CMYK converted, first
-frames of animations kept, each
-conversion noted on stderr). Outputs are PNG with the image's own
-channel count (1-4) and bit depth.
+the Pillow plugin (truncated files refused, palettes expanded, CMYK converted, the first
+frame of an animation kept, each conversion noted on stderr). Outputs are PNG with the
+image's own channel count (1-4) and bit depth.
 """
 
 from __future__ import annotations
