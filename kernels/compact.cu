@@ -66,10 +66,40 @@ L3_DEVICE int decode_mapped(const unsigned char* __restrict__ data, long long si
     return mapped;
 }
 
-// compact.decode_run_length, from the reservoir: the loop ends because every 1 bit adds a
-// chunk of at least one sample and a chunk reaching `remaining` returns.
+// Samples the one bits of run indices [0, index) cover: the sum of 2**run_order(j) over j < index
+// (four chunks of each order 0-3, two of each order 4-7, then one of each order from 8).
+L3_DEVICE int run_chunks_below(int index) {
+    if (index < 16) return ((4 + (index & 3)) << (index >> 2)) - 4;
+    if (index < 24) return ((2 + (index & 1)) << ((index - 8) >> 1)) + 28;
+    return (1 << (index - 16)) + 284;
+}
+
+// compact.decode_run_length, from the reservoir. A run ended by a zero bit before the row's end
+// is decoded at once: its one bits, counted by one __ffs, raise the run index from run_index to
+// `end` and cover run_chunks_below(end) - run_chunks_below(run_index) samples. A run reaching the
+// row's end goes bit by bit: that loop ends because every one bit adds a chunk of at least one
+// sample and a chunk reaching `remaining` returns.
 L3_DEVICE int decode_run_length(const unsigned char* __restrict__ data, long long size, CompactRow& row,
                                 int remaining) {
+    refill(row.in, data, size);
+    const int ones = __ffs(~(unsigned)row.in.bits | 0x80000000u) - 1;  // of the 32 bits refill guarantees
+    const int end = row.run_index + ones;
+    if (end <= RUN_INDEX_MAX) {
+        const int covered = run_chunks_below(end) - run_chunks_below(row.run_index);
+        const int order = run_order(end);
+        const int used = ones + 1 + order;
+        if (covered < remaining && used <= row.in.count) {
+            int run = covered + (int)((unsigned)(row.in.bits >> (ones + 1)) & ((1u << order) - 1));
+            consume(row.in, used);
+            if (run > remaining - 1) {  // a run that ends past the row: corrupt
+                run = remaining - 1;
+                row.error = true;
+            }
+            row.run_index = max_of(end - 1, 0);
+            row.interrupt = true;
+            return run;
+        }
+    }
     int run = 0;
     for (;;) {
         refill(row.in, data, size);  // a run bit and at most 15 more

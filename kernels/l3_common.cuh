@@ -253,17 +253,19 @@ template <int BITS>
 L3_DEVICE int activity_context(int w, int n, int nw, int mapped_n, int mapped_w) {
     const int d1 = w - nw, d2 = n - nw;
     const int activity = (((d1 < 0 ? -d1 : d1) + (d2 < 0 ? -d2 : d2)) >> 1) + mapped_n + mapped_w;
-    constexpr int s = BITS - 8;
-    return (activity > (1 << s)) + (activity > (3 << s)) + (activity > (6 << s)) + (activity > (10 << s)) +
-           (activity > (16 << s)) + (activity > (26 << s)) + (activity > (44 << s));
+    // activity > t << (BITS - 8) exactly when scaled > t: a population count of the thresholds
+    // below 32 under a mask of the bits below scaled, plus the last one
+    const int scaled = ((activity - 1) >> (BITS - 8)) + 1;
+    constexpr unsigned thresholds = 1u << 1 | 1u << 3 | 1u << 6 | 1u << 10 | 1u << 16 | 1u << 26;
+    return __popc(thresholds & ~(0xffffffffu << min_of(scaled, 31))) + (scaled > 44);
 }
 
-// compact.rice_parameter
+// compact.rice_parameter: the least k >= 0 with n << (k + 1) >= a, at most BITS (n >= 1), without
+// a loop. n << d, d the difference of their bit lengths, has a's top bit, so k + 1 is d or d + 1.
 template <int BITS>
 L3_DEVICE int rice_parameter(int a, int n) {
-    int k = 0;
-    while (k < BITS && (n << (k + 1)) < a) ++k;
-    return k;
+    const int d = max_of(__clz(n) - __clz(a), 0);
+    return min_of(max_of(d - ((n << d) >= a), 0), BITS);
 }
 
 // colour.add_green for one chroma sample.
