@@ -22,7 +22,7 @@ from numba.core.registry import CPUDispatcher
 from numba.cpython.unsafe.numbers import trailing_zeros as _count_trailing_zeros
 from numba.extending import intrinsic
 
-from . import bitio, colour, compact, fast, streams
+from . import bitio, colour, compact, fast, streams, warmup
 from . import format as fmt
 from .jit import cached_njit, compile_device_functions
 
@@ -109,7 +109,42 @@ decode_fast_stream = _dev.decode_fast_stream
 
 MODE_COMPACT = fmt.MODE_COMPACT
 
-_cached = cached_njit([sys.modules[__name__]], notice=FIRST_USE_NOTICE, nogil=True)
+
+# ---------------------------------------------------------------- first use: the decoder compiles beside the encoder
+
+background = True  # start sibling processes (warmup.py); False in a sibling itself
+_starting = None  # (verb, mode, bits, channels) of the verb this process is running
+_siblings = {}  # (mode, bits) -> warmup.Sibling compiling that decoder, or None
+
+
+def starting(verb, mode, bits, channels):
+    """The verbs call this before their CPU steps. Before a decode: wait for a sibling compiling
+    that decoder, so that it loads from the cache rather than compile twice."""
+    global _starting
+    _starting = (verb, mode, bits, channels)
+    sibling = _siblings.get((mode, bits))
+    if verb == "decode" and sibling is not None:
+        _siblings[(mode, bits)] = None
+        sibling.wait()
+
+
+def _compiling(cache_path):
+    """The cache missed. For an encode, start a sibling compiling its decoder meanwhile, on the
+    other core: a round trip's two compilations then take about as long as the longer one. A
+    decode starts none: processes that decode first (loader workers, `l3 decode`) rarely encode."""
+    if not background or _starting is None or _starting[0] != "encode":
+        return
+    verb, mode, bits, channels = _starting
+    if (mode, bits) not in _siblings:
+        _siblings[(mode, bits)] = warmup.start_sibling("decode", fmt.MODE_NAMES[mode], bits, channels, cache_path)
+
+
+_cached = cached_njit([sys.modules[__name__]], notice=FIRST_USE_NOTICE, on_miss=_compiling, nogil=True)
+
+
+def cache_path():
+    """The folder of the drivers' on-disk cache."""
+    return _encode_compact_streams._cache.cache_path
 
 
 def _in_parallel(driver, count, *args):
@@ -211,7 +246,7 @@ def _planes_to_image(planes, origin_y, origin_x, out, transform, bits, first, st
 # ---------------------------------------------------------------- streams, one driver per mode and verb
 
 
-@_cached
+@numba.njit  # compiled into each driver: drivers of one verb and another never share a cache index
 def _stream_tile(planes, stream, grid):
     """The view of planes that holds a stream's tile-channel. grid = (tiles across the image, tile
     width, tile height, origin y, origin x): planes' pixel (0, 0) is the image's pixel at the origin,
