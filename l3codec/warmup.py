@@ -15,7 +15,6 @@ sibling ends, however it ends.
 from __future__ import annotations
 
 import argparse
-import fcntl
 import os
 import pathlib
 import subprocess
@@ -26,6 +25,11 @@ import time
 import numpy as np
 
 from . import format as fmt
+
+try:
+    import fcntl
+except ImportError:  # not a POSIX system: no siblings, each process compiles what it uses
+    fcntl = None
 
 VERBS = ("encode", "decode")
 SIBLING_TIMEOUT_S = 300  # then the waiting process compiles for itself: a hung sibling costs time, not the run
@@ -112,21 +116,33 @@ class Sibling:
             self.process.kill()
             self.process.wait()
             return
-        with open(self.lock, "a") as file:  # the sibling may have found another process at it
-            while True:
-                try:
-                    fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    return  # closing the file releases it
-                except BlockingIOError:
-                    if time.monotonic() > deadline:
-                        return
-                    time.sleep(0.05)
+        wait_for_lock(self.lock, deadline - time.monotonic())  # it may have found another process at it
+
+
+def wait_for_lock(lock: pathlib.Path, timeout: float = SIBLING_TIMEOUT_S) -> None:
+    """Until no process holds lock (or timeout); at once if there is no such file."""
+    deadline = time.monotonic() + timeout
+    try:
+        fd = os.open(lock, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    return
+                time.sleep(0.05)
+    finally:
+        os.close(fd)  # releases it
 
 
 def start_sibling(verb: str, mode: str, bits: int, channels: int, cache_path: str) -> Sibling | None:
     """A sibling compiling verb into the cache at cache_path, or None where it cannot help: no
     writable cache folder, no Python executable to start."""
-    if not sys.executable or not _writable(cache_path):
+    if fcntl is None or not sys.executable or not _writable(cache_path):
         return None
     try:
         return Sibling(verb, mode, bits, channels, cache_path)
