@@ -141,7 +141,7 @@ def _compiling(folder):
     A decode starts none: processes that decode first (loader workers, `l3 decode`) rarely encode."""
     if not background or _starting is None or _starting[0] != "encode":
         return
-    verb, mode, bits, channels = _starting
+    _, mode, bits, channels = _starting
     if (mode, bits) not in _siblings and (mode, bits) not in _decoders_awaited:
         _siblings[(mode, bits)] = warmup.start_sibling("decode", fmt.MODE_NAMES[mode], bits, channels, folder)
 

@@ -62,14 +62,14 @@ def lock_path(cache_path: str, verb: str, mode: str, bits: int) -> pathlib.Path:
 
 def child_main(argv: list[str]) -> int:
     """A child process: VERB MODE BITS CHANNELS LOCK. Exits at once if another process holds the lock."""
-    from . import cpu
-
     verb, mode, bits, channels, lock = argv[0], argv[1], int(argv[2]), int(argv[3]), argv[4]
     with open(lock, "a") as file:
         try:
             fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return 0  # another process is compiling it; whoever waits, waits on the lock
+        from . import cpu  # only now: importing Numba is most of a child's cost when it has nothing to do
+
         cpu.background = False  # a child starts no siblings of its own
         exercise(verb, mode, bits, channels)
     return 0
