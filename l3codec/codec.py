@@ -64,6 +64,7 @@ def encode(
     if transform_id != fmt.TRANSFORM_NONE and channels < 3:
         raise L3Error(f"{transform} needs 3 or 4 channels")
 
+    cpu.starting("encode", mode_id, bits, channels)
     if channels == 1 and image.flags.c_contiguous:
         planes = image.reshape(1, height, width)  # already one plane: no copy
     else:
@@ -166,6 +167,7 @@ def decode(data, /, *, region=None, out=None, verify: bool = True) -> np.ndarray
     else:
         _check_out(out, shape, info.dtype)
     buf = fmt.as_bytes_view(data)
+    cpu.starting("decode", fmt.MODES[info.mode], info.bits, info.channels)
     planes = out.reshape(1, h, w) if direct else np.empty((info.channels, size[0], size[1]), info.dtype)
     status = np.zeros(streams.size, np.int64)
     cpu.decode_streams(

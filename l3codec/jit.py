@@ -97,9 +97,10 @@ def source_digest(modules) -> str:
 _noticed = set()
 
 
-def cached_njit(modules, notice=None, **options):
+def cached_njit(modules, notice=None, on_miss=None, **options):
     """numba.njit with an on-disk cache whose key includes source_digest(modules); notice is
-    printed to stderr, once per process, before the first compilation the cache cannot spare.
+    printed to stderr, once per process, before the first compilation the cache cannot spare;
+    on_miss(cache folder) is called before each.
 
     Numba keys its cache on the decorated function's own file and bytecode, so code it
     compiles in from other files (the device functions) would be loaded stale after an edit.
@@ -117,6 +118,8 @@ def cached_njit(modules, notice=None, **options):
             if result is None and notice and notice not in _noticed:
                 _noticed.add(notice)
                 print(notice, file=sys.stderr, flush=True)
+            if result is None and on_miss:
+                on_miss(self.cache_path)
             return result
 
     def decorate(func):

@@ -1,0 +1,69 @@
+"""First use with an empty Numba cache: the decoder compiles in a sibling process beside the
+encoder (cpu.py, warmup.py), and whatever goes wrong with the sibling, the round trip still works."""
+
+import json
+import os
+import subprocess
+import sys
+
+from l3codec import warmup
+
+# a fresh process: one round trip, then where each driver came from and what became of the sibling
+ROUND_TRIP = """
+import json, sys
+import numpy as np
+import l3codec
+from l3codec import cpu, warmup
+
+exec(sys.argv[1])  # the test's change, if any
+y, x = np.mgrid[:40, :70]
+image = np.stack([(x + y) % 256, (3 * x) % 256, y], -1).astype(np.uint8)
+data = l3codec.encode(image, mode="fast", tile_width=32, tile_height=16)
+sibling = cpu._siblings.get((cpu.fmt.MODE_FAST, 8))
+assert np.array_equal(l3codec.decode(data), image)
+stats = {name: [sum(getattr(cpu, name).stats.cache_hits.values()), sum(getattr(cpu, name).stats.cache_misses.values())]
+         for name in ("_image_to_planes", "_encode_fast_streams", "_decode_fast_streams", "_planes_to_image")}
+print(json.dumps({"stats": stats, "siblings": len(cpu._siblings),
+                  "sibling_exit": None if sibling is None else sibling.process.poll()}))
+"""
+
+
+def _round_trip(cache, change=""):
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(cache))
+    done = subprocess.run([sys.executable, "-c", ROUND_TRIP, change], env=env, capture_output=True, text=True,
+                          timeout=600, check=True)
+    return json.loads(done.stdout)
+
+
+LOADED, COMPILED = [1, 0], [0, 1]
+
+
+def test_the_decoder_compiles_in_a_sibling_and_loads_from_the_cache(tmp_path):
+    first = _round_trip(tmp_path)
+    assert first["stats"] == {"_image_to_planes": COMPILED, "_encode_fast_streams": COMPILED,
+                              "_decode_fast_streams": LOADED, "_planes_to_image": LOADED}
+    assert first["siblings"] == 1 and first["sibling_exit"] == 0  # ended and reaped
+    again = _round_trip(tmp_path)  # the cache now holds both verbs, and no sibling starts
+    assert again["stats"] == dict.fromkeys(first["stats"], LOADED)
+    assert again["siblings"] == 0
+
+
+def test_a_sibling_that_dies_leaves_the_decoder_to_this_process(tmp_path):
+    dies = "warmup._CHILD = 'import os; os._exit(3)'"
+    result = _round_trip(tmp_path, dies)
+    assert result["stats"] == dict.fromkeys(result["stats"], COMPILED)
+    assert result["sibling_exit"] == 3
+
+
+def test_no_sibling_without_a_writable_cache_folder(tmp_path):
+    (tmp_path / "file").write_text("")
+    assert warmup.start_sibling("decode", "fast", 8, 3, str(tmp_path / "file" / "cache")) is None
+
+
+def test_the_warmup_command_fills_the_cache(tmp_path):
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
+    subprocess.run([sys.executable, "-m", "l3codec.warmup", "--mode", "fast", "--bits", "8"], env=env,
+                   capture_output=True, timeout=600, check=True)
+    result = _round_trip(tmp_path)
+    assert result["stats"] == dict.fromkeys(result["stats"], LOADED)
+    assert result["siblings"] == 0
