@@ -58,17 +58,39 @@ struct FastShared {
     int value[4];   // the sample of a constant stream
     long long row_data;  // the current row's first data bit (block-uniform, kept here, not in registers)
     long long row_end;   // its end
-    int scan[FAST_THREADS / 32];
-    // per group of the current row: (data bit offset << FAST_OFFSET_SHIFT) | (qsum << FAST_CODE_SHIFT) | code;
-    // 0 (packed, width 0) for an unflagged group
+    int scan[FAST_THREADS / 32];  // block scans' warp sums; a row's data bits per warp of groups
+    // per group of the current row: (data bit offset << FAST_OFFSET_SHIFT) | (qsum << FAST_CODE_SHIFT) | code,
+    // the offset from the data of the group's warp (groups 32.. add scan[0]); 0 for an unflagged group
     unsigned group[FAST_ROW_GROUPS];
     // per chunk of columns (two, alternating): the positions of each Rice group's ones, by rank
     unsigned short one_at[2][FAST_THREADS];
     // and whether each Rice group's unary part holds its n codes exactly
     unsigned char sound[2][FAST_THREADS / FAST_GROUP_SIZE];
 };
-static_assert(sizeof(FastShared) <= FAST_FIXED_BYTES, "FastShared must fit FAST_FIXED_BYTES");
+static_assert(sizeof(FastShared) <= FAST_FIXED_BYTES && FAST_FIXED_BYTES - sizeof(FastShared) < 16,
+              "FAST_FIXED_BYTES is sizeof(FastShared) rounded up to 16");
 static_assert(FAST_FIXED_BYTES % 16 == 0, "the staged rows must stay aligned");
+
+// Lane i of a warp loads the i-th aligned 4-byte word from the one holding bit `first_bit`, for as
+// many lanes as bits [first_bit, end_bit) span: a coalesced load of the bits the warp reads next,
+// which warp_bits then hands out (bit offsets from first_bit & ~31).
+L3_DEVICE unsigned warp_load_words(const unsigned char* __restrict__ data, long long size, long long first_bit,
+                                   long long end_bit, int lane) {
+    const long long first_word = first_bit >> 5;
+    const long long words = end_bit > first_bit ? ((end_bit + 31) >> 5) - first_word : 0;
+    return lane < words ? load_word(data, size, (first_word + lane) * 4) : 0u;
+}
+
+// The 32 bits at bit `at` of the words warp_load_words spread over the warp (every lane takes part;
+// `at` is below 31 * 32).
+L3_DEVICE unsigned warp_bits(unsigned word, int at) {
+    const unsigned lo = __shfl_sync(L3_FULL_MASK, word, at >> 5);
+    const unsigned hi = __shfl_sync(L3_FULL_MASK, word, (at >> 5) + 1);
+    return (unsigned)((((unsigned long long)hi << 32) | lo) >> (at & 31));
+}
+
+// The low n bits set (none for n <= 0, all for n >= 32).
+L3_DEVICE unsigned low_bits(int n) { return n >= 32 ? ~0u : n <= 0 ? 0u : (1u << n) - 1; }
 
 // Decode row r of a coded stream into row[0..w) (row_above is row r - 1). Block-uniform: every
 // thread calls it with the same arguments. Updates sh.data_pos, or on a bad row sh.status and
@@ -80,36 +102,32 @@ L3_DEVICE void decode_fast_row(const unsigned char* __restrict__ data, long long
     constexpr int code_bits = fast_code_bits<BITS>();
     constexpr int header_bits = code_bits + FAST_QSUM_BITS;
     constexpr int mask = (1 << BITS) - 1;
-    const int tid = threadIdx.x;
+    const int tid = threadIdx.x, lane = tid & 31, warp_first = tid & ~31;
     const int groups = (w + FAST_GROUP_SIZE - 1) / FAST_GROUP_SIZE;
     const long long row_pos = sh.data_pos[channel];
-    // the A bit and the warp's 32 group flags: read by one lane of each warp, shuffled to the others
-    const int warp_lane = tid & 31;
-    unsigned a_bit = 0, warp_flags = 0;
-    if (warp_lane == 0) {
-        a_bit = read_bits(data, size, row_pos, 1);
-        if (tid < groups) warp_flags = read_bits(data, size, row_pos + 1 + tid, 32);
-    }
-    const bool any = __shfl_sync(L3_FULL_MASK, a_bit, 0) != 0;  // block-uniform
-    warp_flags = __shfl_sync(L3_FULL_MASK, warp_flags, 0);
-    bool bad_header = false;
-    if (tid == 0) sh.row_data = sh.row_end = row_pos + 1;  // read by thread 0 alone unless any
 
-    if (any) {
-        // thread t owns group t: its flag, then its header (placed by a scan of the flags), then its
-        // data (placed by a scan of the lengths)
-        const bool flag = tid < groups && ((warp_flags >> warp_lane) & 1);
-        int flagged;
-        const int header = block_exclusive_scan((int)flag, sh.scan, &flagged);
-        __syncthreads();  // the scan's warp sums are reused
+    // The row's head. Thread t owns group t; each warp holding groups loads the A bit and all the
+    // row's flags (at most 65 bits), then its own groups' headers, placed by counting the flags.
+    bool bad = false;
+    if (warp_first < groups) {  // warp-uniform
+        const int head_at = (int)(row_pos & 31);
+        const unsigned head = warp_load_words(data, size, row_pos, row_pos + 1 + groups, lane);
+        const bool any = warp_bits(head, head_at) & 1;
+        const unsigned flags_lo = any ? warp_bits(head, head_at + 1) & low_bits(groups) : 0u;  // groups 0..31
+        const unsigned flags_hi = any ? warp_bits(head, head_at + 33) & low_bits(groups - 32) : 0u;  // 32..63
+        const unsigned warp_flags = warp_first ? flags_hi : flags_lo;
+        const int warp_before = warp_first ? __popc(flags_lo) : 0;  // flagged groups of earlier warps
         const long long header_pos = row_pos + 1 + groups;
+        const long long warp_headers = header_pos + (long long)warp_before * header_bits;
+        const unsigned words = warp_load_words(data, size, warp_headers,
+                                               warp_headers + __popc(warp_flags) * header_bits, lane);
+        const int before = __popc(warp_flags & low_bits(lane));
+        const unsigned fields = warp_bits(words, (int)(warp_headers & 31) + before * header_bits);
         unsigned entry = 0;
         int length = 0;
-        bool bad = false;
-        if (flag) {
-            const unsigned fields = read_bits(data, size, header_pos + (long long)header * header_bits, header_bits);
+        if ((warp_flags >> lane) & 1) {
             const int code = (int)(fields & ((1u << code_bits) - 1));
-            const int qsum = (int)(fields >> code_bits);
+            const int qsum = (int)((fields >> code_bits) & ((1u << FAST_QSUM_BITS) - 1));
             const int n = min_of((int)FAST_GROUP_SIZE, w - tid * FAST_GROUP_SIZE);
             if (code <= BITS) {  // packed, code bits per sample; qsum unused
                 bad = qsum != 0;
@@ -119,53 +137,64 @@ L3_DEVICE void decode_fast_row(const unsigned char* __restrict__ data, long long
             }
             entry = ((unsigned)qsum << FAST_CODE_SHIFT) | (unsigned)code;
         }
-        int total;
-        const int offset = block_exclusive_scan(length, sh.scan, &total);
-        if (tid < groups) sh.group[tid] = entry | ((unsigned)offset << FAST_OFFSET_SHIFT);
-        if (tid == 0) {
-            sh.row_data = header_pos + (long long)flagged * header_bits;
-            sh.row_end = sh.row_data + total;
-        }
-        bad_header = __syncthreads_or(bad);  // and sh.group, sh.row_data are complete
+        // data offsets within the warp; the group table's readers add the earlier warps' bits (sh.scan)
+        const int inclusive = warp_inclusive_scan(length, lane);
+        if (tid < groups) sh.group[tid] = entry | ((unsigned)(inclusive - length) << FAST_OFFSET_SHIFT);
+        if (lane == 31) sh.scan[tid >> 5] = inclusive;
+        if (tid == 0)
+            sh.row_data = any ? header_pos + (long long)(__popc(flags_lo) + __popc(flags_hi)) * header_bits
+                              : row_pos + 1;
     }
+    const bool bad_header = __syncthreads_or(bad);  // sh.group, sh.scan and sh.row_data are complete
+    const long long row_data = sh.row_data;
+    const int low_warp_bits = sh.scan[0];  // the data bits of groups 0..31
+    if (tid == 0) sh.row_end = row_data + low_warp_bits + (groups > 32 ? sh.scan[1] : 0);
 
-    // the mapped residuals, FAST_THREADS columns at a time (a block-uniform loop)
+    // The mapped residuals, FAST_THREADS columns at a time (a block-uniform loop). A warp's 32 columns
+    // lie in one group: the warp loads the bits of its fields (and, if it holds the group's last
+    // sample, the unary part after them) with one coalesced load and shuffles each lane its field.
     bool corrupt = false;
     for (int c0 = 0; c0 < w; c0 += FAST_THREADS) {
         const int col = c0 + tid;
         const int buffer = (c0 / FAST_THREADS) & 1;
         unsigned short* one_at = sh.one_at[buffer];
-        int mapped = 0, k = -1, lane = 0, remainder = 0;
-        if (any && col < w) {
+        int mapped = 0, k = -1;
+        if (col - lane < w) {  // warp-uniform
             const int g = col / FAST_GROUP_SIZE;
             const unsigned entry = sh.group[g];
             const int code = (int)(entry & ((1u << FAST_CODE_SHIFT) - 1));
             const int qsum = (int)((entry >> FAST_CODE_SHIFT) & ((1u << FAST_QSUM_BITS) - 1));
-            const long long pos = sh.row_data + (entry >> FAST_OFFSET_SHIFT);
+            const int offset = (int)(entry >> FAST_OFFSET_SHIFT) + (g >= 32 ? low_warp_bits : 0);
             const int n = min_of((int)FAST_GROUP_SIZE, w - g * FAST_GROUP_SIZE);
-            lane = col - g * FAST_GROUP_SIZE;
-            if (code <= BITS) {
-                mapped = (int)read_bits(data, size, pos + (long long)lane * code, code);
-            } else {
-                k = code - BITS - 1;
-                remainder = (int)read_bits(data, size, pos + (long long)lane * k, k);
-                const int span = min_of(n, 32);
-                if (lane < span) {
-                    // the unary part (n + qsum bits) in words of span bits: lane i files the one at bit i
-                    // of a word under its rank, so the group's one_at[rank] holds the rank-th one's position
-                    const long long unary = pos + (long long)n * k;
-                    const int unary_bits = n + qsum;
+            const int index = col - g * FAST_GROUP_SIZE;
+            const int half = index & 32;  // the group's sample at the warp's lane 0
+            const bool rice = code > BITS;
+            const int width = rice ? code - BITS - 1 : code;
+            const bool ranks = rice && n <= half + 32;  // this warp ranks the unary part's ones
+            const long long first = row_data + offset + (long long)half * width;
+            const int unary_at = (int)(first & 31) + (n - half) * width;  // from first & ~31
+            const long long end = ranks ? first + (n - half) * width + n + qsum
+                                        : first + (min_of(n, half + 32) - half) * width;
+            if (index < n && rice) k = width;
+            if (end > first) {  // warp-uniform
+                const unsigned word = warp_load_words(data, size, first, end, lane);
+                const int value = (int)(warp_bits(word, (int)(first & 31) + lane * width) & low_bits(width));
+                if (index < n) mapped = value;
+                if (ranks) {
+                    // the unary part (n + qsum bits), word by word: lane i files the one at bit i of a word
+                    // under its rank, so one_at[rank] holds the rank-th one's position in the part
+                    const int unary_end = unary_at + n + qsum;
                     int ones = 0;
                     bool last = false;
-                    for (int at = 0; at < unary_bits; at += span) {
-                        const int count = min_of(span, unary_bits - at);
-                        const unsigned word = read_bits(data, size, unary + at, count);
-                        if ((word >> lane) & 1) {
-                            const int rank = ones + __popc(word & ((1u << lane) - 1));
-                            if (rank < n) one_at[tid - lane + rank] = (unsigned short)(at + lane);
+                    for (int j = unary_at >> 5; j * 32 < unary_end; ++j) {
+                        const unsigned bits = __shfl_sync(L3_FULL_MASK, word, j) &
+                                              low_bits(unary_end - j * 32) & ~low_bits(unary_at - j * 32);
+                        if ((bits >> lane) & 1) {
+                            const int rank = ones + __popc(bits & low_bits(lane));
+                            if (rank < n) one_at[tid - index + rank] = (unsigned short)(j * 32 + lane - unary_at);
                         }
-                        ones += __popc(word);
-                        last = (word >> (count - 1)) & 1;
+                        ones += __popc(bits);
+                        last = (bits >> ((unary_end - 1) & 31)) & 1;
                     }
                     // n codes, ending with the part: the quotients sum to qsum
                     if (lane == 0) sh.sound[buffer][tid / FAST_GROUP_SIZE] = ones == n && last;
@@ -175,14 +204,16 @@ L3_DEVICE void decode_fast_row(const unsigned char* __restrict__ data, long long
         __syncthreads();  // one_at and sound are filed
         if (k >= 0) {
             if (sh.sound[buffer][tid / FAST_GROUP_SIZE]) {
-                const int quotient = one_at[tid] - (lane ? one_at[tid - 1] + 1 : 0);
-                mapped = (quotient << k) | remainder;
+                const int quotient = one_at[tid] - ((col & (FAST_GROUP_SIZE - 1)) ? one_at[tid - 1] + 1 : 0);
+                mapped = (quotient << k) | mapped;
                 corrupt |= mapped > mask;
             } else {
                 corrupt = true;
             }
         }
-        if (col < w) row[col] = (T)(mapped & mask);
+        // phase 0 (columns c % FAST_PERIOD == 0, predicted by N alone) right away, other columns keep m
+        if (col < w)
+            row[col] = (T)((r > 0 && col % FAST_PERIOD == 0 ? row_above[col] + unzigzag(mapped) : mapped) & mask);
     }
     const bool row_corrupt = __syncthreads_or(corrupt);  // and the residuals are staged
 
@@ -199,23 +230,30 @@ L3_DEVICE void decode_fast_row(const unsigned char* __restrict__ data, long long
             row[c] = (T)(value & mask);
         }
     } else {
-        // phase 0: columns c % FAST_PERIOD == 0 from N; phase j: distance d = FAST_PERIOD >> j, columns
-        // c % 2d == d from their neighbours d away, decoded in earlier phases
-        for (int phase = 0; phase < FAST_PHASES; ++phase) {
-            const int step = phase == 0 ? FAST_PERIOD : FAST_PERIOD >> (phase - 1);
-            const int d = phase == 0 ? 0 : step >> 1;
-            for (int col = d + tid * step; col < w; col += FAST_THREADS * step) {
-                int predicted = row_above[col];
-                if (phase > 0) {
-                    const int left = row[col - d];
-                    const int up_left = row_above[col - d];
-                    const int right = col + d < w ? row[col + d] : left;
-                    const int up_right = col + d < w ? row_above[col + d] : up_left;
-                    predicted = med((left + right) >> 1, predicted, (up_left + up_right) >> 1);
-                }
-                row[col] = (T)((predicted + unzigzag(row[col])) & mask);
+        // phases 1 .. FAST_PHASES - 1 in registers, a thread per period of FAST_PERIOD columns: distance
+        // d = FAST_PERIOD / 2 .. 1, columns c % 2d == d from their neighbours d away, decoded before
+        // (column b + FAST_PERIOD, the next period's first, in phase 0)
+        for (int b = tid * FAST_PERIOD; b < w; b += FAST_THREADS * FAST_PERIOD) {
+            int x[FAST_PERIOD + 1], up[FAST_PERIOD + 1];
+L3_UNROLL
+            for (int o = 0; o <= FAST_PERIOD; ++o) {
+                x[o] = b + o < w ? row[b + o] : 0;
+                up[o] = b + o < w ? row_above[b + o] : 0;
             }
-            __syncthreads();
+L3_UNROLL
+            for (int d = FAST_PERIOD / 2; d >= 1; d >>= 1) {
+L3_UNROLL
+                for (int o = d; o < FAST_PERIOD; o += 2 * d) {
+                    const bool inside = b + o + d < w;  // else the right edge: R = L, NE = NW
+                    const int left = x[o - d], right = inside ? x[o + d] : left;
+                    const int up_left = up[o - d], up_right = inside ? up[o + d] : up_left;
+                    const int predicted = med((left + right) >> 1, up[o], (up_left + up_right) >> 1);
+                    x[o] = (predicted + unzigzag(x[o])) & mask;
+                }
+            }
+L3_UNROLL
+            for (int o = 1; o < FAST_PERIOD; ++o)
+                if (b + o < w) row[b + o] = (T)x[o];
         }
     }
     if (tid == 0) {  // fast.decode_fast_row's checks, in its order (docs/FORMAT.md §7.2)
@@ -295,14 +333,15 @@ L3_DEVICE void decode_fast_tile(const unsigned char* __restrict__ data, long lon
 
     for (int r0 = 0; r0 < h; r0 += band) {
         const int r1 = min_of(h, r0 + band);
+        const int first_slot = r0 % ring;  // the ring row of tile row r0
         for (int channel = 0; channel < channels; ++channel) {
             T* plane = stage + channel * ring * tile_width;
-            for (int r = r0; r < r1; ++r) {
-                T* row = plane + (r % ring) * tile_width;
+            for (int r = r0, slot = first_slot; r < r1; ++r, slot = slot + 1 == ring ? 0 : slot + 1) {
+                T* row = plane + slot * tile_width;
                 const int source = sh.source[channel];  // block-uniform: changed only between barriers
                 if (source == SOURCE_CODED) {
                     decode_fast_row<T, BITS>(data, size, sh, channel, r, w, row,
-                                             plane + ((r + ring - 1) % ring) * tile_width);
+                                             plane + (slot ? slot - 1 : ring - 1) * tile_width);
                 } else if (source == SOURCE_RAW) {
                     const long long base = (sh.data_pos[channel] >> 3) + (long long)r * w * (long long)sizeof(T);
                     for (int col = tid; col < w; col += FAST_THREADS)
@@ -315,9 +354,11 @@ L3_DEVICE void decode_fast_tile(const unsigned char* __restrict__ data, long lon
         }
         __syncthreads();
         const T* staged = stage;
-        write_tile_part<T, BITS>(sh.writer, r0, r1, 0, w, tid, FAST_THREADS, [&](int c, int r, int col) -> unsigned {
-            return staged[(c * ring + r % ring) * tile_width + col];
-        });
+        write_tile_sectors<T, BITS>(sh.writer, r0, r1, 0, w, tid >> 5, FAST_THREADS / 32, tid & 31,
+                                    [&](int c, int r, int col) -> unsigned {
+                                        const int slot = r - r0 + first_slot;  // r - r0 < ring - 1
+                                        return staged[(c * ring + (slot < ring ? slot : slot - ring)) * tile_width + col];
+                                    });
         __syncthreads();
     }
 

@@ -114,7 +114,7 @@ enum : int {
     // a thread per group of the widest tile (4096 / 64; fast.cu asserts it), and per row a column
     // per thread in each 128-column chunk
     FAST_THREADS = 128,
-    FAST_FIXED_BYTES = 1232,
+    FAST_FIXED_BYTES = 976,  // sizeof(FastShared) rounded up to 16 (fast.cu asserts both)
     FAST_STAGE_BUDGET = 32768,  // bytes of staged rows aimed at; at least 2 rows are staged
 };
 
@@ -241,7 +241,8 @@ L3_DEVICE int med(int w, int n, int nw) {
     return w + n - nw;
 }
 
-L3_DEVICE int unzigzag(int mapped) { return (mapped & 1) ? -((mapped + 1) >> 1) : (mapped >> 1); }
+// (m >> 1) for even m, -((m + 1) >> 1) for odd m >= 0, without a branch
+L3_DEVICE int unzigzag(int mapped) { return (mapped >> 1) ^ -(mapped & 1); }
 
 // RUN_ORDER[index] of compact.py (the JPEG-LS J table), without a lookup table.
 L3_DEVICE int run_order(int index) {
