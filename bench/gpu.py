@@ -268,6 +268,7 @@ def traffic_report(frames: list, out) -> None:
 _SASS_LINE = re.compile(r'//## File "([^"]+)", line (\d+)')
 _SASS_INSTRUCTION = re.compile(r"^\s+/\*[0-9a-f]{4,}\*/\s+(.+?)\s*;")
 _SASS_FUNCTION = re.compile(r"^(\w+):$")
+_SASS_SUBROUTINE = re.compile(r"^\s*\.type\s+\S+,@function")
 _SOURCE_FUNCTION = re.compile(r"^(?:L3_DEVICE|L3_HOST_DEVICE)\s.*?(\w+)\(")
 
 
@@ -322,6 +323,9 @@ def sass_instructions(text: str):
         match = _SASS_FUNCTION.match(line)
         if match and not line.startswith("."):
             kernel = match.group(1)
+            continue
+        if _SASS_SUBROUTINE.match(line):  # a compiler helper (64-bit division) without line info:
+            chain, chain_done = ((pathlib.Path("?"), 0),), True  # not the last line before it
             continue
         found = _SASS_LINE.search(line)
         if found:  # consecutive comment lines: the inline stack, innermost first

@@ -181,23 +181,24 @@ L3_DEVICE void decode_fast_row(const unsigned char* __restrict__ data, long long
                 const int value = (int)(warp_bits(word, (int)(first & 31) + lane * width) & low_bits(width));
                 if (index < n) mapped = value;
                 if (ranks) {
-                    // the unary part (n + qsum bits), word by word: lane i files the one at bit i of a word
-                    // under its rank, so one_at[rank] holds the rank-th one's position in the part
-                    const int unary_end = unary_at + n + qsum;
+                    // the unary part (n + qsum bits), 32 bits at a time: lane i files the one at bit i under
+                    // its rank, so one_at[rank] holds the rank-th one's position in the part (a corrupt part
+                    // with more than n ones stays in the group's slots, & (FAST_GROUP_SIZE - 1))
+                    const int unary_bits = n + qsum;
                     int ones = 0;
-                    bool last = false;
-                    for (int j = unary_at >> 5; j * 32 < unary_end; ++j) {
-                        const unsigned bits = __shfl_sync(L3_FULL_MASK, word, j) &
-                                              low_bits(unary_end - j * 32) & ~low_bits(unary_at - j * 32);
+                    unsigned bits = 0;
+#pragma unroll 1
+                    for (int at = 0; at < unary_bits; at += 32) {
+                        bits = warp_bits(word, unary_at + at) & low_bits(unary_bits - at);
                         if ((bits >> lane) & 1) {
-                            const int rank = ones + __popc(bits & low_bits(lane));
-                            if (rank < n) one_at[tid - index + rank] = (unsigned short)(j * 32 + lane - unary_at);
+                            const int rank = (ones + __popc(bits & low_bits(lane))) & (FAST_GROUP_SIZE - 1);
+                            one_at[tid - index + rank] = (unsigned short)(at + lane);
                         }
                         ones += __popc(bits);
-                        last = (bits >> ((unary_end - 1) & 31)) & 1;
                     }
                     // n codes, ending with the part: the quotients sum to qsum
-                    if (lane == 0) sh.sound[buffer][tid / FAST_GROUP_SIZE] = ones == n && last;
+                    if (lane == 0)
+                        sh.sound[buffer][tid / FAST_GROUP_SIZE] = ones == n && ((bits >> ((unary_bits - 1) & 31)) & 1);
                 }
             }
         }
