@@ -269,6 +269,9 @@ _SASS_LINE = re.compile(r'//## File "([^"]+)", line (\d+)')
 _SASS_INSTRUCTION = re.compile(r"^\s+/\*[0-9a-f]{4,}\*/\s+(.+?)\s*;")
 _SASS_FUNCTION = re.compile(r"^(\w+):$")
 _SASS_SUBROUTINE = re.compile(r"^\s*\.type\s+\S+,@function")
+_SASS_LABEL = re.compile(r"^(\.L_x_\d+):")
+_SASS_DIVERGED_BRANCH = re.compile(r"^BRA\.DIV\s.*`\((\.L_x_\d+)\)")
+_SASS_UNCONDITIONAL_BRANCH = re.compile(r"^BRA\s")
 _SOURCE_FUNCTION = re.compile(r"^(?:L3_DEVICE|L3_HOST_DEVICE)\s.*?(\w+)\(")
 
 
@@ -317,9 +320,25 @@ def sass_by_function(text: str) -> dict:
 
 def sass_instructions(text: str):
     """(kernel, chain) of every SASS instruction (NOPs left out) in `nvdisasm -gi` output; chain:
-    ((source path, line), ...) from the innermost inlined line out to the kernel's own."""
+    ((source path, line), ...) from the innermost inlined line out to the kernel's own. Left out too:
+    the blocks a BRA.DIV jumps to, from their label to their unconditional BRA back: a warp shuffle's
+    path for a warp that reaches it diverged, which the emulation never takes (a shuffle there
+    waits for every lane of its mask)."""
     kernel, chain, chain_done = None, ((pathlib.Path("?"), 0),), True
+    diverged_targets, in_diverged = set(), False
     for line in text.splitlines():
+        label = _SASS_LABEL.match(line)
+        if label and label.group(1) in diverged_targets:
+            in_diverged = True
+        instruction = _SASS_INSTRUCTION.match(line)
+        if instruction:
+            target = _SASS_DIVERGED_BRANCH.search(instruction.group(1))
+            if target:
+                diverged_targets.add(target.group(1))
+            if in_diverged:
+                in_diverged = not _SASS_UNCONDITIONAL_BRANCH.match(instruction.group(1))
+                chain_done = True
+                continue
         match = _SASS_FUNCTION.match(line)
         if match and not line.startswith("."):
             kernel = match.group(1)
