@@ -62,10 +62,8 @@ struct FastShared {
     // per group of the current row: (data bit offset << FAST_OFFSET_SHIFT) | (qsum << FAST_CODE_SHIFT) | code,
     // the offset from the data of the group's warp (groups 32.. add scan[0]); 0 for an unflagged group
     unsigned group[FAST_ROW_GROUPS];
-    // per chunk of columns (two, alternating): the positions of each Rice group's ones, by rank
-    unsigned short one_at[2][FAST_THREADS];
-    // and whether each Rice group's unary part holds its n codes exactly
-    unsigned char sound[2][FAST_THREADS / FAST_GROUP_SIZE];
+    // per warp: the positions of its Rice group's ones in the unary part, by rank
+    unsigned short one_at[FAST_THREADS / 32][FAST_GROUP_SIZE];
 };
 static_assert(sizeof(FastShared) <= FAST_FIXED_BYTES && FAST_FIXED_BYTES - sizeof(FastShared) < 16,
               "FAST_FIXED_BYTES is sizeof(FastShared) rounded up to 16");
@@ -87,6 +85,18 @@ L3_DEVICE unsigned warp_bits(unsigned word, int at) {
     const unsigned lo = __shfl_sync(L3_FULL_MASK, word, at >> 5);
     const unsigned hi = __shfl_sync(L3_FULL_MASK, word, (at >> 5) + 1);
     return (unsigned)((((unsigned long long)hi << 32) | lo) >> (at & 31));
+}
+
+// The 32 bits at bit `at` of a group's words: word (lane i: word i) and, for 16-bit samples, word2
+// (lane i: word 32 + i; `at` below 62 * 32); 8-bit groups span at most 32 words (`at` below 31 * 32).
+template <int BITS>
+L3_DEVICE unsigned group_bits(unsigned word, unsigned word2, int at) {
+    if (BITS == 8) return warp_bits(word, at);
+    const int i = at >> 5;
+    const unsigned lo = __shfl_sync(L3_FULL_MASK, word, i & 31), lo2 = __shfl_sync(L3_FULL_MASK, word2, i & 31);
+    const unsigned hi = __shfl_sync(L3_FULL_MASK, word, (i + 1) & 31),
+                   hi2 = __shfl_sync(L3_FULL_MASK, word2, (i + 1) & 31);
+    return (unsigned)((((unsigned long long)(i + 1 < 32 ? hi : hi2) << 32) | (i < 32 ? lo : lo2)) >> (at & 31));
 }
 
 // The low n bits set (none for n <= 0, all for n >= 32).
@@ -150,73 +160,65 @@ L3_DEVICE void decode_fast_row(const unsigned char* __restrict__ data, long long
     const int low_warp_bits = sh.scan[0];  // the data bits of groups 0..31
     if (tid == 0) sh.row_end = row_data + low_warp_bits + (groups > 32 ? sh.scan[1] : 0);
 
-    // The mapped residuals, FAST_THREADS columns at a time (a block-uniform loop). A warp's 32 columns
-    // lie in one group: the warp loads the bits of its fields (and, if it holds the group's last
-    // sample, the unary part after them) with one coalesced load and shuffles each lane its field.
-    bool corrupt = false;
-    for (int c0 = 0; c0 < w; c0 += FAST_THREADS) {
-        const int col = c0 + tid;
-        const int buffer = (c0 / FAST_THREADS) & 1;
-        unsigned short* one_at = sh.one_at[buffer];
-        int mapped = 0, k = -1;
-        if (col - lane < w) {  // warp-uniform
-            const int g = col / FAST_GROUP_SIZE;
-            const unsigned entry = sh.group[g];
-            const int code = (int)(entry & ((1u << FAST_CODE_SHIFT) - 1));
-            const int qsum = (int)((entry >> FAST_CODE_SHIFT) & ((1u << FAST_QSUM_BITS) - 1));
-            const int offset = (int)(entry >> FAST_OFFSET_SHIFT) + (g >= 32 ? low_warp_bits : 0);
-            const int n = min_of((int)FAST_GROUP_SIZE, w - g * FAST_GROUP_SIZE);
-            const int index = col - g * FAST_GROUP_SIZE;
-            const int half = index & 32;  // the group's sample at the warp's lane 0
-            const bool rice = code > BITS;
-            const int width = rice ? code - BITS - 1 : code;
-            const bool ranks = rice && n <= half + 32;  // this warp ranks the unary part's ones
-            const long long first = row_data + offset + (long long)half * width;
-            const int unary_at = (int)(first & 31) + (n - half) * width;  // from first & ~31
-            const long long end = ranks ? first + (n - half) * width + n + qsum
-                                        : first + (min_of(n, half + 32) - half) * width;
-            if (index < n && rice) k = width;
-            if (end > first) {  // warp-uniform
-                const unsigned word = warp_load_words(data, size, first, end, lane);
-                const int value = (int)(warp_bits(word, (int)(first & 31) + lane * width) & low_bits(width));
-                if (index < n) mapped = value;
-                if (ranks) {
-                    // the unary part (n + qsum bits), 32 bits at a time: lane i files the one at bit i under
-                    // its rank, so one_at[rank] holds the rank-th one's position in the part (a corrupt part
-                    // with more than n ones stays in the group's slots, & (FAST_GROUP_SIZE - 1))
-                    const int unary_bits = n + qsum;
-                    int ones = 0;
-                    unsigned bits = 0;
+    // The mapped residuals, a warp per group: lane i holds samples 2i and 2i + 1, whose fields are
+    // adjacent (2 * width <= 32 bits). The warp loads the group's bits (fields, then a Rice group's
+    // unary part) with one coalesced load, a word per lane (a second for a 16-bit group over 32 words),
+    // and shuffles each lane its fields.
+    unsigned corrupt = 0;
+    unsigned short* one_at = sh.one_at[tid >> 5];
+    for (int g = tid >> 5; g < groups; g += FAST_THREADS / 32) {  // warp-uniform
+        const unsigned entry = sh.group[g];
+        const int code = (int)(entry & ((1u << FAST_CODE_SHIFT) - 1));
+        const int qsum = (int)((entry >> FAST_CODE_SHIFT) & ((1u << FAST_QSUM_BITS) - 1));
+        const int n = min_of((int)FAST_GROUP_SIZE, w - g * FAST_GROUP_SIZE);
+        const bool rice = code > BITS;
+        const int width = rice ? code - BITS - 1 : code;  // a packed field, or a Rice remainder (k bits)
+        const long long first = row_data + (entry >> FAST_OFFSET_SHIFT) + (g >= 32 ? low_warp_bits : 0);
+        const int unary_at = (int)(first & 31) + n * width;  // bit offsets from first & ~31
+        const int unary_bits = rice ? n + qsum : 0;
+        unsigned word = 0, word2 = 0;
+        if (code != 0) {  // warp-uniform
+            const long long end = first + n * width + unary_bits;
+            word = warp_load_words(data, size, first, end, lane);
+            if (BITS == 16) word2 = warp_load_words(data, size, ((first >> 5) + 32) << 5, end, lane);
+        }
+        const unsigned pair = group_bits<BITS>(word, word2, (int)(first & 31) + 2 * lane * width);
+        int mapped0 = (int)(pair & low_bits(width)), mapped1 = (int)((pair >> width) & low_bits(width));
+        const int sample = 2 * lane, col = g * FAST_GROUP_SIZE + sample;
+        if (rice) {  // warp-uniform
+            // the unary part, 32 bits at a time: lane i files the one at bit i under its rank, so
+            // one_at[rank] holds the rank-th one's position in the part (a corrupt part with more than n
+            // ones stays in the warp's slots, & (FAST_GROUP_SIZE - 1))
+            int ones = 0;
+            unsigned bits = 0;
 #pragma unroll 1
-                    for (int at = 0; at < unary_bits; at += 32) {
-                        bits = warp_bits(word, unary_at + at) & low_bits(unary_bits - at);
-                        if ((bits >> lane) & 1) {
-                            const int rank = (ones + __popc(bits & low_bits(lane))) & (FAST_GROUP_SIZE - 1);
-                            one_at[tid - index + rank] = (unsigned short)(at + lane);
-                        }
-                        ones += __popc(bits);
-                    }
-                    // n codes, ending with the part: the quotients sum to qsum
-                    if (lane == 0)
-                        sh.sound[buffer][tid / FAST_GROUP_SIZE] = ones == n && ((bits >> ((unary_bits - 1) & 31)) & 1);
+            for (int at = 0; at < unary_bits; at += 32) {
+                bits = group_bits<BITS>(word, word2, unary_at + at) & low_bits(unary_bits - at);
+                if ((bits >> lane) & 1)
+                    one_at[(ones + __popc(bits & low_bits(lane))) & (FAST_GROUP_SIZE - 1)] = (unsigned short)(at + lane);
+                ones += __popc(bits);
+            }
+            // n codes, ending with the part: the quotients sum to qsum (warp-uniform)
+            const bool sound = ones == n && ((bits >> ((unary_bits - 1) & 31)) & 1);
+            __syncwarp();  // one_at is filed
+            if (sample < n) {
+                const int at0 = one_at[sample];
+                mapped0 |= (at0 - (sample ? one_at[sample - 1] + 1 : 0)) << width;
+                corrupt |= (unsigned)!sound | (unsigned)(mapped0 > mask);
+                if (sample + 1 < n) {
+                    mapped1 |= (one_at[sample + 1] - at0 - 1) << width;
+                    corrupt |= (unsigned)(mapped1 > mask);
                 }
             }
+            __syncwarp();  // one_at is read before the warp's next group files it
         }
-        __syncthreads();  // one_at and sound are filed
-        if (k >= 0) {
-            if (sh.sound[buffer][tid / FAST_GROUP_SIZE]) {
-                const int quotient = one_at[tid] - ((col & (FAST_GROUP_SIZE - 1)) ? one_at[tid - 1] + 1 : 0);
-                mapped = (quotient << k) | mapped;
-                corrupt |= mapped > mask;
-            } else {
-                corrupt = true;
-            }
+        if (sample < n) {
+            // phase 0 (columns c % FAST_PERIOD == 0, predicted by N alone) right away; others keep m
+            row[col] = (T)((r > 0 && col % FAST_PERIOD == 0 ? row_above[col] + unzigzag(mapped0) : mapped0) & mask);
+            if (sample + 1 < n) row[col + 1] = (T)(mapped1 & mask);
         }
-        // phase 0 (columns c % FAST_PERIOD == 0, predicted by N alone) right away, other columns keep m
-        if (col < w)
-            row[col] = (T)((r > 0 && col % FAST_PERIOD == 0 ? row_above[col] + unzigzag(mapped) : mapped) & mask);
     }
-    const bool row_corrupt = __syncthreads_or(corrupt);  // and the residuals are staged
+    const bool row_corrupt = __syncthreads_or((int)corrupt);  // and the residuals are staged
 
     if (r == 0) {
         // X[0][c] = (half + sum of unzigzag(m[0..c])) mod 2**bits: each thread a run of columns

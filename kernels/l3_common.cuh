@@ -114,7 +114,7 @@ enum : int {
     // a thread per group of the widest tile (4096 / 64; fast.cu asserts it), and per row a column
     // per thread in each 128-column chunk
     FAST_THREADS = 128,
-    FAST_FIXED_BYTES = 976,  // sizeof(FastShared) rounded up to 16 (fast.cu asserts both)
+    FAST_FIXED_BYTES = 960,  // sizeof(FastShared) rounded up to 16 (fast.cu asserts both)
     FAST_STAGE_BUDGET = 32768,  // bytes of staged rows aimed at; at least 2 rows are staged
 };
 
