@@ -102,6 +102,36 @@ L3_DEVICE unsigned group_bits(unsigned word, unsigned word2, int at) {
 // The low n bits set (none for n <= 0, all for n >= 32).
 L3_DEVICE unsigned low_bits(int n) { return n >= 32 ? ~0u : n <= 0 ? 0u : (1u << n) - 1; }
 
+// Phases 1 .. FAST_PHASES - 1 of the period of columns b .. b + FAST_PERIOD - 1 of a row, in registers:
+// distance d = FAST_PERIOD / 2 .. 1, columns c % 2d == d from their neighbours d away, decoded
+// before (columns b and b + FAST_PERIOD, the next period's first, in phase 0). Past the row's end
+// (w) a column's right neighbours are missing: R = L, NE = NW.
+template <typename T, int BITS>
+L3_DEVICE void predict_period(T* row, const T* row_above, int b, int w) {
+    constexpr int mask = (1 << BITS) - 1;
+    int x[FAST_PERIOD + 1], up[FAST_PERIOD + 1];
+L3_UNROLL
+    for (int o = 0; o <= FAST_PERIOD; ++o) {
+        const int c = min_of(b + o, w - 1);  // a clamped column's value is never used
+        x[o] = row[c];
+        up[o] = row_above[c];
+    }
+L3_UNROLL
+    for (int d = FAST_PERIOD / 2; d >= 1; d >>= 1) {
+L3_UNROLL
+        for (int o = d; o < FAST_PERIOD; o += 2 * d) {
+            const bool inside = b + o + d < w;
+            const int left = x[o - d], right = inside ? x[o + d] : left;
+            const int up_left = up[o - d], up_right = inside ? up[o + d] : up_left;
+            const int predicted = med((left + right) >> 1, up[o], (up_left + up_right) >> 1);
+            x[o] = (predicted + unzigzag(x[o])) & mask;
+        }
+    }
+L3_UNROLL
+    for (int o = 1; o < FAST_PERIOD; ++o)
+        if (b + o < w) row[b + o] = (T)x[o];
+}
+
 // Decode row r of a coded stream into row[0..w) (row_above is row r - 1). Block-uniform: every
 // thread calls it with the same arguments. Updates sh.data_pos, or on a bad row sh.status and
 // sh.source, as fast.decode_fast_stream does row by row (§7.2: the row's headers in the stream,
@@ -193,7 +223,7 @@ L3_DEVICE void decode_fast_row(const unsigned char* __restrict__ data, long long
             unsigned bits = 0;
 #pragma unroll 1
             for (int at = 0; at < unary_bits; at += 32) {
-                bits = group_bits<BITS>(word, word2, unary_at + at) & low_bits(unary_bits - at);
+                bits = group_bits<BITS>(word, word2, unary_at + at) & (~0u >> (32 - min_of(unary_bits - at, 32)));
                 if ((bits >> lane) & 1)
                     one_at[(ones + __popc(bits & low_bits(lane))) & (FAST_GROUP_SIZE - 1)] = (unsigned short)(at + lane);
                 ones += __popc(bits);
@@ -221,43 +251,22 @@ L3_DEVICE void decode_fast_row(const unsigned char* __restrict__ data, long long
     const bool row_corrupt = __syncthreads_or((int)corrupt);  // and the residuals are staged
 
     if (r == 0) {
-        // X[0][c] = (half + sum of unzigzag(m[0..c])) mod 2**bits: each thread a run of columns
-        const int per_thread = (w + FAST_THREADS - 1) / FAST_THREADS;
-        const int c0 = min_of(w, tid * per_thread), c1 = min_of(w, c0 + per_thread);
-        int sum = 0;
-        for (int c = c0; c < c1; ++c) sum += unzigzag(row[c]);
-        int unused;
-        int value = (1 << (BITS - 1)) + block_exclusive_scan(sum, sh.scan, &unused);
-        for (int c = c0; c < c1; ++c) {
-            value += unzigzag(row[c]);
-            row[c] = (T)(value & mask);
+        // X[0][c] = (half + sum of unzigzag(m[0..c])) mod 2**bits: warp 0 alone, each lane a run of columns
+        if (tid < 32) {
+            const int per_lane = (w + 31) / 32;
+            const int c0 = min_of(w, lane * per_lane), c1 = min_of(w, c0 + per_lane);
+            int sum = 0;
+            for (int c = c0; c < c1; ++c) sum += unzigzag(row[c]);
+            int value = (1 << (BITS - 1)) + warp_inclusive_scan(sum, lane) - sum;
+            for (int c = c0; c < c1; ++c) {
+                value += unzigzag(row[c]);
+                row[c] = (T)(value & mask);
+            }
         }
     } else {
-        // phases 1 .. FAST_PHASES - 1 in registers, a thread per period of FAST_PERIOD columns: distance
-        // d = FAST_PERIOD / 2 .. 1, columns c % 2d == d from their neighbours d away, decoded before
-        // (column b + FAST_PERIOD, the next period's first, in phase 0)
-        for (int b = tid * FAST_PERIOD; b < w; b += FAST_THREADS * FAST_PERIOD) {
-            int x[FAST_PERIOD + 1], up[FAST_PERIOD + 1];
-L3_UNROLL
-            for (int o = 0; o <= FAST_PERIOD; ++o) {
-                x[o] = b + o < w ? row[b + o] : 0;
-                up[o] = b + o < w ? row_above[b + o] : 0;
-            }
-L3_UNROLL
-            for (int d = FAST_PERIOD / 2; d >= 1; d >>= 1) {
-L3_UNROLL
-                for (int o = d; o < FAST_PERIOD; o += 2 * d) {
-                    const bool inside = b + o + d < w;  // else the right edge: R = L, NE = NW
-                    const int left = x[o - d], right = inside ? x[o + d] : left;
-                    const int up_left = up[o - d], up_right = inside ? up[o + d] : up_left;
-                    const int predicted = med((left + right) >> 1, up[o], (up_left + up_right) >> 1);
-                    x[o] = (predicted + unzigzag(x[o])) & mask;
-                }
-            }
-L3_UNROLL
-            for (int o = 1; o < FAST_PERIOD; ++o)
-                if (b + o < w) row[b + o] = (T)x[o];
-        }
+        // phases 1 .. FAST_PHASES - 1, a thread per period of FAST_PERIOD columns
+        for (int b = tid * FAST_PERIOD; b < w; b += FAST_THREADS * FAST_PERIOD)
+            predict_period<T, BITS>(row, row_above, b, w);
     }
     if (tid == 0) {  // fast.decode_fast_row's checks, in its order (docs/FORMAT.md §7.2)
         const long long end = sh.end[channel] * 8;
