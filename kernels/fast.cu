@@ -217,20 +217,19 @@ L3_DEVICE void decode_fast_row(const unsigned char* __restrict__ data, long long
         const int sample = 2 * lane, col = g * FAST_GROUP_SIZE + sample;
         if (rice) {  // warp-uniform
             // the unary part, 32 bits at a time: lane i files the one at bit i under its rank, so
-            // one_at[rank] holds the rank-th one's position in the part (a corrupt part with more than n
-            // ones stays in the warp's slots, & (FAST_GROUP_SIZE - 1))
+            // one_at[rank] holds the rank-th one's position in the part (the bits after the part, in its
+            // last window, rank after its own ones)
             int ones = 0;
-            unsigned bits = 0;
 #pragma unroll 1
             for (int at = 0; at < unary_bits; at += 32) {
-                bits = group_bits<BITS>(word, word2, unary_at + at) & (~0u >> (32 - min_of(unary_bits - at, 32)));
-                if ((bits >> lane) & 1)
-                    one_at[(ones + __popc(bits & low_bits(lane))) & (FAST_GROUP_SIZE - 1)] = (unsigned short)(at + lane);
+                const unsigned bits = group_bits<BITS>(word, word2, unary_at + at);
+                const int rank = ones + __popc(bits & low_bits(lane));
+                if (((bits >> lane) & 1) && rank < n) one_at[rank] = (unsigned short)(at + lane);
                 ones += __popc(bits);
             }
-            // n codes, ending with the part: the quotients sum to qsum (warp-uniform)
-            const bool sound = ones == n && ((bits >> ((unary_bits - 1) & 31)) & 1);
             __syncwarp();  // one_at is filed
+            // n codes ending with the part (the quotients sum to qsum): its n-th one is its last bit
+            const bool sound = ones >= n && one_at[n - 1] == unary_bits - 1;
             if (sample < n) {
                 const int at0 = one_at[sample];
                 mapped0 |= (at0 - (sample ? one_at[sample - 1] + 1 : 0)) << width;
