@@ -58,6 +58,7 @@ struct FastShared {
     int value[4];   // the sample of a constant stream
     long long row_data;  // the current row's first data bit (block-uniform, kept here, not in registers)
     long long row_end;   // its end
+    long long size;      // where the item's file ends: reads stop there (kept here, not in registers)
     int scan[FAST_THREADS / 32];  // block scans' warp sums; a row's data bits per warp of groups
     // per group of the current row: (data bit offset << FAST_OFFSET_SHIFT) | (qsum << FAST_CODE_SHIFT) | code,
     // the offset from the data of the group's warp (groups 32.. add scan[0]); 0 for an unflagged group
@@ -137,8 +138,9 @@ L3_UNROLL
 // sh.source, as fast.decode_fast_stream does row by row (§7.2: the row's headers in the stream,
 // their qsums, the row's end, then its Rice values).
 template <typename T, int BITS>
-L3_DEVICE void decode_fast_row(const unsigned char* __restrict__ data, long long size, FastShared& sh, int channel,
-                               int r, int w, T* row, const T* row_above) {
+L3_DEVICE void decode_fast_row(const unsigned char* __restrict__ data, FastShared& sh, int channel, int r, int w,
+                               T* row, const T* row_above) {
+    const long long size = sh.size;
     constexpr int code_bits = fast_code_bits<BITS>();
     constexpr int header_bits = code_bits + FAST_QSUM_BITS;
     constexpr int mask = (1 << BITS) - 1;
@@ -312,7 +314,7 @@ L3_DEVICE void decode_fast_tile(const unsigned char* __restrict__ data, long lon
     const int ring = fast_ring_rows(channels, tile_width, item.tile_height, sizeof(T));
     const int band = ring - 1;
     // the item's file ends with its last stream: reads stop there, as the CPU decoder's stop at the file's end
-    const long long tiles_y = (item.height + item.tile_height - 1) / item.tile_height;
+    const long long tiles_y = (unsigned)(item.height + item.tile_height - 1) / (unsigned)item.tile_height;  // < 2**29
     const long long size = min_of(data_size, stream_ends[item.stream_base + tiles_y * item.tiles_x * channels - 1]);
 
     unsigned char* smem = l3_dynamic_shared();
@@ -339,7 +341,10 @@ L3_DEVICE void decode_fast_tile(const unsigned char* __restrict__ data, long lon
         sh.source[tid] = source;
         sh.value[tid] = source == SOURCE_CONSTANT ? (int)load_sample<T>(data, size, start + 1) : 0;
     }
-    if (tid == 0) init_tile_writer(sh.writer, item, out, tile_y0, tile_x0, h, w, sizeof(T));
+    if (tid == 0) {
+        init_tile_writer(sh.writer, item, out, tile_y0, tile_x0, h, w, sizeof(T));
+        sh.size = size;
+    }
     __syncthreads();
 
     for (int r0 = 0; r0 < h; r0 += band) {
@@ -351,12 +356,12 @@ L3_DEVICE void decode_fast_tile(const unsigned char* __restrict__ data, long lon
                 T* row = plane + slot * tile_width;
                 const int source = sh.source[channel];  // block-uniform: changed only between barriers
                 if (source == SOURCE_CODED) {
-                    decode_fast_row<T, BITS>(data, size, sh, channel, r, w, row,
+                    decode_fast_row<T, BITS>(data, sh, channel, r, w, row,
                                              plane + (slot ? slot - 1 : ring - 1) * tile_width);
                 } else if (source == SOURCE_RAW) {
                     const long long base = (sh.data_pos[channel] >> 3) + (long long)r * w * (long long)sizeof(T);
                     for (int col = tid; col < w; col += FAST_THREADS)
-                        row[col] = (T)load_sample<T>(data, size, base + (long long)col * (long long)sizeof(T));
+                        row[col] = (T)load_sample<T>(data, sh.size, base + (long long)col * (long long)sizeof(T));
                 } else {
                     const T value = (T)sh.value[channel];
                     for (int col = tid; col < w; col += FAST_THREADS) row[col] = value;

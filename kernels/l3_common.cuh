@@ -114,13 +114,15 @@ enum : int {
     // a thread per group of the widest tile (4096 / 64; fast.cu asserts it), and per row a column
     // per thread in each 128-column chunk
     FAST_THREADS = 128,
-    FAST_FIXED_BYTES = 960,  // sizeof(FastShared) rounded up to 16 (fast.cu asserts both)
+    FAST_FIXED_BYTES = 976,  // sizeof(FastShared) rounded up to 16 (fast.cu asserts both)
     FAST_STAGE_BUDGET = 32768,  // bytes of staged rows aimed at; at least 2 rows are staged
 };
 
 L3_HOST_DEVICE int fast_ring_rows(long long channels, long long tile_width, long long tile_height,
                                   long long sample_bytes) {
-    long long rows = FAST_STAGE_BUDGET / (channels * tile_width * sample_bytes);
+    // a 32-bit division (a 64-bit one is a subroutine call on the GPU): a row of a tile is at most
+    // 4 * 4096 * 2 bytes
+    long long rows = FAST_STAGE_BUDGET / (int)(channels * tile_width * sample_bytes);
     if (rows > tile_height + 1) rows = tile_height + 1;
     if (rows < 2) rows = 2;
     return (int)rows;
