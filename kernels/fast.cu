@@ -257,8 +257,10 @@ L3_DEVICE void decode_fast_row(const unsigned char* __restrict__ data, FastShare
             const int per_lane = (w + 31) / 32;
             const int c0 = min_of(w, lane * per_lane), c1 = min_of(w, c0 + per_lane);
             int sum = 0;
+#pragma unroll 1
             for (int c = c0; c < c1; ++c) sum += unzigzag(row[c]);
             int value = (1 << (BITS - 1)) + warp_inclusive_scan(sum, lane) - sum;
+#pragma unroll 1
             for (int c = c0; c < c1; ++c) {
                 value += unzigzag(row[c]);
                 row[c] = (T)(value & mask);
@@ -349,15 +351,13 @@ L3_DEVICE void decode_fast_tile(const unsigned char* __restrict__ data, long lon
 
     for (int r0 = 0; r0 < h; r0 += band) {
         const int r1 = min_of(h, r0 + band);
-        const int first_slot = r0 % ring;  // the ring row of tile row r0
         for (int channel = 0; channel < channels; ++channel) {
             T* plane = stage + channel * ring * tile_width;
-            for (int r = r0, slot = first_slot; r < r1; ++r, slot = slot + 1 == ring ? 0 : slot + 1) {
-                T* row = plane + slot * tile_width;
+            for (int r = r0; r < r1; ++r) {
+                T* row = plane + (r - r0 + 1) * tile_width;
                 const int source = sh.source[channel];  // block-uniform: changed only between barriers
                 if (source == SOURCE_CODED) {
-                    decode_fast_row<T, BITS>(data, sh, channel, r, w, row,
-                                             plane + (slot ? slot - 1 : ring - 1) * tile_width);
+                    decode_fast_row<T, BITS>(data, sh, channel, r, w, row, row - tile_width);
                 } else if (source == SOURCE_RAW) {
                     const long long base = (sh.data_pos[channel] >> 3) + (long long)r * w * (long long)sizeof(T);
                     for (int col = tid; col < w; col += FAST_THREADS)
@@ -369,11 +369,17 @@ L3_DEVICE void decode_fast_tile(const unsigned char* __restrict__ data, long lon
             }
         }
         __syncthreads();
+        if (r1 < h) {  // row 0 of the ring takes the band's last row, the row above the next band
+            for (int channel = 0; channel < channels; ++channel) {
+                T* plane = stage + channel * ring * tile_width;
+                for (int col = tid; col < w; col += FAST_THREADS) plane[col] = plane[(r1 - r0) * tile_width + col];
+            }
+        }
         const T* staged = stage;
+        const int first_row = 1 - r0;  // the ring row of tile row r, less r
         write_tile_sectors<T, BITS>(sh.writer, r0, r1, 0, w, tid >> 5, FAST_THREADS / 32, tid & 31,
                                     [&](int c, int r, int col) -> unsigned {
-                                        const int slot = r - r0 + first_slot;  // r - r0 < ring - 1
-                                        return staged[(c * ring + (slot < ring ? slot : slot - ring)) * tile_width + col];
+                                        return staged[(c * ring + r + first_row) * tile_width + col];
                                     });
         __syncthreads();
     }
