@@ -88,48 +88,40 @@ def compact_schedule(info: fmt.Info) -> tuple:
 
 def fast_schedule(info: fmt.Info, threads: int) -> tuple:
     """(busy, issued, block steps) of the CUDA C fast kernel (kernels/fast.cu, format version 2): per
-    row the A bit and flags, a block scan of the flags and one of the group lengths (every thread
-    takes part), the unpack of w residuals (Rice quotients ranked by 32 lanes per group, counted
-    as part of the unpack), then one pass per prediction phase over that phase's columns; row 0
-    replaces the phases by a block scan of the residuals over runs of columns per thread."""
+    row the head (the warps holding groups read the A bit, flags and headers, a lane per group), the
+    unpack (a warp per group, each lane two samples; a Rice group's unary part ranked by its warp,
+    counted as part of it), then the prediction (a thread per period of fast.PERIOD columns, every
+    phase in registers); row 0 replaces the prediction by warp 0 alone, each lane a run of columns
+    (two passes and a warp scan). Warps without work in a step skip it (not issued)."""
     from l3codec import fast
 
     busy = issued = steps = 0
+    warps = threads // WARP
 
-    def phase(active):
+    def step(active, warps_issued, block_steps=1):
         nonlocal busy, issued, steps
-        count = max(1, math.ceil(active / threads))
         busy += active
-        issued += count * threads
-        steps += count
-
-    def phase_columns(w):
-        """Columns of each prediction phase: c % P == 0, then c % 2d == d for d = P/2 .. 1."""
-        columns = [math.ceil(w / fast.PERIOD)]
-        d = fast.PERIOD >> 1
-        while d:
-            columns.append(max(0, (w - d + 2 * d - 1) // (2 * d)))
-            d >>= 1
-        return columns
+        issued += WARP * warps_issued
+        steps += block_steps
 
     for ty in range(info.tiles_y):
         h = min(info.tile_height, info.height - ty * info.tile_height)
         for tx in range(info.tiles_x):
             w = min(info.tile_width, info.width - tx * info.tile_width)
-            columns = phase_columns(w)
+            groups = math.ceil(w / fast.GROUP_SIZE)
+            sizes = [min(fast.GROUP_SIZE, w - g * fast.GROUP_SIZE) for g in range(groups)]
+            pair_lanes = sum(math.ceil(n / 2) for n in sizes)
+            periods = math.ceil(w / fast.PERIOD)
+            per_lane = math.ceil(w / WARP)
             for _ in range(info.channels):
                 for row in range(h):
-                    phase(threads)  # flags and headers: scan of the flags
-                    phase(threads)  # scan of the group lengths
-                    phase(w)  # unpack
+                    step(groups, math.ceil(groups / WARP))  # head
+                    step(pair_lanes, groups, math.ceil(groups / warps))  # unpack
                     if row == 0:
-                        per_thread = math.ceil(w / threads)
-                        for _ in range(2 * per_thread):
-                            phase(math.ceil(w / per_thread))
-                        phase(threads)  # scan of the run sums
+                        for _ in range(2 * per_lane + 1):
+                            step(math.ceil(w / per_lane), 1)
                     else:
-                        for active in columns:
-                            phase(active)
+                        step(periods, math.ceil(periods / WARP), math.ceil(periods / threads))
     return busy, issued, steps
 
 
@@ -138,7 +130,8 @@ def estimate(frames: list, out) -> None:
 
     print("## Estimate (no GPU here): from the encoded frames, not a measurement\n", file=out)
     print("Schedules of the CUDA C kernels: a lane is busy when it has a sample to decode or takes part "
-          "in a scan; steps are warp steps (compact) or block-wide phases (fast).\n", file=out)
+          "in a scan; steps are warp steps (compact) or block-wide phases (fast; a warp with no work in a "
+          "phase skips it).\n", file=out)
     print("| mode | frames | MB read / frame | MB written / frame | tiles / frame | steps / tile-channel "
           "| busy lane-steps |", file=out)
     print("|---|---|---|---|---|---|---|", file=out)
@@ -496,8 +489,9 @@ def sass_per_sample_report(frames: list, sass_lines: dict, out) -> None:
           "Loops the kernels ask nvcc to unroll (L3_UNROLL) are unrolled by g++ as well, so they are priced "
           "once per iteration. An ESTIMATE, biased high where nvcc makes copies of a line on its own "
           "(peeled or unswitched loops): every copy is priced as if it ran. Unmatched SASS (lines g++ "
-          "inlines differently) is left out. Write-out: the lines of write_tile_sectors / "
-          "write_tile_part and what they inline.\n", file=out)
+          "inlines differently) is left out, and so are the blocks a BRA.DIV jumps to (a shuffle's path "
+          "for a diverged warp; the emulation's shuffles wait for every lane) and compiler subroutines "
+          "without line information. Write-out: the lines of write_tile_sectors and what it inlines.\n", file=out)
     print("| mode | frames | warp-instructions per sample | of which write-out "
           "| SASS not matched to a line the emulation ran | top source lines (instructions per sample) |", file=out)
     print("|---|---|---|---|---|---|", file=out)
@@ -520,7 +514,7 @@ def sass_per_sample_report(frames: list, sass_lines: dict, out) -> None:
               f"{unmatched / max(sum(sass.values()), 1):.0%} | {described} |", file=out)
 
 
-_WRITE_OUT = ("write_tile_sectors", "write_tile_part")
+_WRITE_OUT = ("write_tile_sectors",)
 _kernel_functions = {}
 
 

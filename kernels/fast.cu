@@ -2,22 +2,27 @@
 // FAST_THREADS threads per tile, the channels and rows of the tile in order, every row decoded
 // in parallel.
 //
-// Per row: the A bit (any residual non-zero); thread t owns group t: its flag, a block scan of the
-// flags places its header, the header gives the group's bit length, a block scan of the lengths
-// places its data. Then thread t decodes column t of each
-// FAST_THREADS-column chunk. A packed sample and a Rice remainder sit at fixed offsets; a Rice
-// quotient comes from the group's unary part, read in words of up to 32 bits by the group's first
-// 32 lanes, which rank its ones with popcounts into a shared table (one_at[rank] = position), so
-// sample i's quotient is one_at[i] - one_at[i - 1] - 1. Row 0 is a delta along the row (a block
-// scan of the residuals, exact modulo 2**bits); later rows are predicted in FAST_PHASES passes, a
-// barrier after each.
+// Every read of the compressed bits is a warp's coalesced load of aligned 4-byte words, lane i the
+// i-th word of the span the warp reads next (warp_load_words), and each lane takes its bits from
+// them with shuffles (warp_bits), so a warp asks for each byte it needs about once. Per row: the
+// warps holding groups (thread t owns group t) load the A bit and all the flags, then their groups'
+// headers, placed by counting the flags; a warp scan of the group lengths places the data (the
+// groups of later warps add the earlier warps' totals). Then a warp per group: one load for the
+// group's fields and, for a Rice group, the unary part after them; lane i decodes samples 2i and
+// 2i + 1 (adjacent fields, one 32-bit window). The warp ranks the unary part's ones with popcounts
+// into a per-warp table (one_at[rank] = position), so sample i's quotient is
+// one_at[i] - one_at[i - 1] - 1. Row 0 is a delta along the row (warp 0, a warp scan of the
+// residuals, exact modulo 2**bits). Later rows: phase 0 (columns c % FAST_PERIOD == 0, from N) as the
+// residuals are staged, then a thread per period of FAST_PERIOD columns runs the other phases in
+// registers (predict_period).
 //
 // Every read stops at the end of the item's file: bytes past it read as zero, as the CPU decoder
 // reads a file, so both see the same bits wherever a corrupt stream sends them.
 //
-// Rows are staged in a ring in dynamic shared memory, per channel; each band of ring - 1 rows is
-// written out (all channels, inverse colour transform, coalesced) once every channel has decoded
-// it, the ring's spare row keeping the row above.
+// Rows are staged in a ring in dynamic shared memory, per channel: a band of ring - 1 rows at ring
+// rows 1.., ring row 0 holding the row above the band. Each band is written out (all channels,
+// inverse colour transform, write_tile_sectors: whole 32-byte sectors) once every channel has
+// decoded it, and its last row is copied to ring row 0 for the next.
 #include "l3_common.cuh"
 
 namespace l3 {
@@ -59,7 +64,7 @@ struct FastShared {
     long long row_data;  // the current row's first data bit (block-uniform, kept here, not in registers)
     long long row_end;   // its end
     long long size;      // where the item's file ends: reads stop there (kept here, not in registers)
-    int scan[FAST_THREADS / 32];  // block scans' warp sums; a row's data bits per warp of groups
+    int scan[FAST_THREADS / 32];  // a row's data bits per warp of groups
     // per group of the current row: (data bit offset << FAST_OFFSET_SHIFT) | (qsum << FAST_CODE_SHIFT) | code,
     // the offset from the data of the group's warp (groups 32.. add scan[0]); 0 for an unflagged group
     unsigned group[FAST_ROW_GROUPS];

@@ -287,25 +287,6 @@ L3_UNROLL
     return value;
 }
 
-// Exclusive scan over a 1-D block whose size is a multiple of 32; *total gets the block sum.
-// warp_sums is shared memory of blockDim.x / 32 entries. One __syncthreads inside: the caller
-// must __syncthreads before the next scan reuses warp_sums.
-template <typename V>
-L3_DEVICE V block_exclusive_scan(V value, V* warp_sums, V* total) {
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, warps = blockDim.x >> 5;
-    const V inclusive = warp_inclusive_scan(value, lane);
-    if (lane == 31) warp_sums[warp] = inclusive;
-    __syncthreads();
-    V before = 0, sum = 0;
-    for (int i = 0; i < warps; ++i) {
-        const V s = warp_sums[i];
-        sum += s;
-        if (i < warp) before += s;
-    }
-    *total = sum;
-    return before + inclusive - value;
-}
-
 // ------------------------------------------------------------------ output
 
 // Where a tile's samples go: the tile's intersection with the item's region, in tile
@@ -351,40 +332,6 @@ L3_DEVICE unsigned output_sample(const TileWriter& writer, const Fetch& fetch, i
     return add_green<BITS>(value, green);
 }
 
-// Write the staged samples of tile rows [r0, r1) and columns [c0, c1) that fall inside the
-// region: HWC interleaved, little-endian samples, after the inverse colour transform.
-// fetch(channel, row, col) returns a staged plane sample (tile coordinates). Consecutive
-// threads write consecutive samples of a row of the region; nothing outside it is written.
-// The output must be aligned to sizeof(T) (batch.prepare's offsets are).
-template <typename T, int BITS, typename Fetch>
-L3_DEVICE void write_tile_part(const TileWriter& writer, int r0, int r1, int c0, int c1, int tid, int threads,
-                               const Fetch& fetch) {
-    r0 = max_of(r0, writer.row_lo);
-    r1 = min_of(r1, writer.row_hi);
-    c0 = max_of(c0, writer.col_lo);
-    c1 = min_of(c1, writer.col_hi);
-    if (r0 >= r1 || c0 >= c1) return;
-    const int channels = writer.channels;
-    const int row_samples = (c1 - c0) * channels;
-    const long long pitch = writer.pitch;
-    unsigned char* base = writer.out + (r0 - writer.row_lo) * pitch + (c0 - writer.col_lo) * channels * (int)sizeof(T);
-    // thread i of the flat index (row, sample) steps by `threads`: two divisions per call, none per sample
-    const int row_step = threads / row_samples, sample_step = threads - row_step * row_samples;
-    int row = tid / row_samples, sample = tid - row * row_samples;
-    for (; row < r1 - r0; row += row_step, sample += sample_step) {
-        if (sample >= row_samples) {
-            sample -= row_samples;
-            if (++row >= r1 - r0) break;
-        }
-        // channels is 1..4: a shift, or for 3 a division by a constant (a multiply)
-        const int pixel = channels == 3 ? (int)((unsigned)sample / 3u) : sample >> (channels >> 1);
-        const int channel = sample - pixel * channels;
-        reinterpret_cast<T*>(base + row * pitch)[sample] = (T)output_sample<BITS>(writer, fetch, channel, r0 + row,
-                                                                                 c0 + pixel);
-    }
-}
-
-
 // Where write_tile_sectors ends an output row whose first byte is at an address `misalign`
 // past a 128-byte boundary, once the tile's columns before c are staged: the region's end
 // once c reaches it, else the 32-byte boundary at or before column c, but not before the row's
@@ -395,8 +342,10 @@ L3_DEVICE int sector_boundary(const TileWriter& writer, int misalign, int c, int
     return max_of(misalign, (misalign + (c - writer.col_lo) * pixel_bytes) & ~31);
 }
 
-// Write the staged samples of tile rows [r0, r1) and columns [c0, c1) inside the region (as
-// write_tile_part), with each output row cut at sector_boundary: calls for consecutive column
+// Write the staged samples of tile rows [r0, r1) and columns [c0, c1) that fall inside the region
+// (HWC interleaved, little-endian samples, after the inverse colour transform; fetch(channel, row,
+// col) returns a staged plane sample, tile coordinates; nothing outside the region is written),
+// with each output row cut at sector_boundary: calls for consecutive column
 // ranges write every byte once, and columns from c0 - 31 on must still be staged. Warp `warp`
 // of `warps` writes rows r0 + warp, r0 + warp + warps, ...: lane i the i-th 4-byte word of each
 // 128-byte aligned span of the row, so a warp's stores fill whole 32-byte sectors except at the
