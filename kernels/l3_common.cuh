@@ -111,8 +111,8 @@ L3_HOST_DEVICE long long compact_shared_bytes(long long channels, long long tile
 // decoded rows ([ring][tile_width] samples): bands of ring - 1 rows are written out at once,
 // the ring's extra row keeps the row above the band.
 enum : int {
-    // a thread per group of the widest tile (4096 / 64; fast.cu asserts it), and per row a column
-    // per thread in each 128-column chunk
+    // a thread per group of the widest tile's row head (4096 / 64; fast.cu asserts it); the unpack
+    // takes a warp per group, the prediction a thread per period of 8 columns
     FAST_THREADS = 128,
     FAST_FIXED_BYTES = 976,  // sizeof(FastShared) rounded up to 16 (fast.cu asserts both)
     FAST_STAGE_BUDGET = 32768,  // bytes of staged rows aimed at; at least 2 rows are staged
