@@ -311,17 +311,17 @@ def sass_by_function(text: str) -> dict:
     return counts
 
 
-def sass_instructions(text: str):
+def sass_instructions(text: str, converged: bool = False):
     """(kernel, chain) of every SASS instruction (NOPs left out) in `nvdisasm -gi` output; chain:
-    ((source path, line), ...) from the innermost inlined line out to the kernel's own. Left out too:
-    the blocks a BRA.DIV jumps to, from their label to their unconditional BRA back: a warp shuffle's
-    path for a warp that reaches it diverged, which the emulation never takes (a shuffle there
-    waits for every lane of its mask)."""
+    ((source path, line), ...) from the innermost inlined line out to the kernel's own. converged:
+    leave out the blocks a BRA.DIV jumps to, from their label to their unconditional BRA back (a
+    warp shuffle's path for a warp that reaches it diverged, which the emulation never takes: a
+    shuffle there waits for every lane of its mask)."""
     kernel, chain, chain_done = None, ((pathlib.Path("?"), 0),), True
     diverged_targets, in_diverged = set(), False
     for line in text.splitlines():
         label = _SASS_LABEL.match(line)
-        if label and label.group(1) in diverged_targets:
+        if converged and label and label.group(1) in diverged_targets:
             in_diverged = True
         instruction = _SASS_INSTRUCTION.match(line)
         if instruction:
@@ -382,7 +382,7 @@ def sass_report(out) -> dict:
     by_line = {}
     for filename in cuda_c.SOURCES:
         text = disassemble_sass(filename, nvdisasm)
-        for kernel, chain in sass_instructions(text):
+        for kernel, chain in sass_instructions(text, converged=True):
             key = tuple((path.name, number) for path, number in chain)
             lines = by_line.setdefault(kernel, {})
             lines[key] = lines.get(key, 0) + 1
