@@ -88,48 +88,40 @@ def compact_schedule(info: fmt.Info) -> tuple:
 
 def fast_schedule(info: fmt.Info, threads: int) -> tuple:
     """(busy, issued, block steps) of the CUDA C fast kernel (kernels/fast.cu, format version 2): per
-    row the A bit and flags, a block scan of the flags and one of the group lengths (every thread
-    takes part), the unpack of w residuals (Rice quotients ranked by 32 lanes per group, counted
-    as part of the unpack), then one pass per prediction phase over that phase's columns; row 0
-    replaces the phases by a block scan of the residuals over runs of columns per thread."""
+    row the head (the warps holding groups read the A bit, flags and headers, a lane per group), the
+    unpack (a warp per group, each lane two samples; a Rice group's unary part ranked by its warp,
+    counted as part of it), then the prediction (a thread per period of fast.PERIOD columns, every
+    phase in registers); row 0 replaces the prediction by warp 0 alone, each lane a run of columns
+    (two passes and a warp scan). Warps without work in a step skip it (not issued)."""
     from l3codec import fast
 
     busy = issued = steps = 0
+    warps = threads // WARP
 
-    def phase(active):
+    def step(active, warps_issued, block_steps=1):
         nonlocal busy, issued, steps
-        count = max(1, math.ceil(active / threads))
         busy += active
-        issued += count * threads
-        steps += count
-
-    def phase_columns(w):
-        """Columns of each prediction phase: c % P == 0, then c % 2d == d for d = P/2 .. 1."""
-        columns = [math.ceil(w / fast.PERIOD)]
-        d = fast.PERIOD >> 1
-        while d:
-            columns.append(max(0, (w - d + 2 * d - 1) // (2 * d)))
-            d >>= 1
-        return columns
+        issued += WARP * warps_issued
+        steps += block_steps
 
     for ty in range(info.tiles_y):
         h = min(info.tile_height, info.height - ty * info.tile_height)
         for tx in range(info.tiles_x):
             w = min(info.tile_width, info.width - tx * info.tile_width)
-            columns = phase_columns(w)
+            groups = math.ceil(w / fast.GROUP_SIZE)
+            sizes = [min(fast.GROUP_SIZE, w - g * fast.GROUP_SIZE) for g in range(groups)]
+            pair_lanes = sum(math.ceil(n / 2) for n in sizes)
+            periods = math.ceil(w / fast.PERIOD)
+            per_lane = math.ceil(w / WARP)
             for _ in range(info.channels):
                 for row in range(h):
-                    phase(threads)  # flags and headers: scan of the flags
-                    phase(threads)  # scan of the group lengths
-                    phase(w)  # unpack
+                    step(groups, math.ceil(groups / WARP))  # head
+                    step(pair_lanes, groups, math.ceil(groups / warps))  # unpack
                     if row == 0:
-                        per_thread = math.ceil(w / threads)
-                        for _ in range(2 * per_thread):
-                            phase(math.ceil(w / per_thread))
-                        phase(threads)  # scan of the run sums
+                        for _ in range(2 * per_lane + 1):
+                            step(math.ceil(w / per_lane), 1)
                     else:
-                        for active in columns:
-                            phase(active)
+                        step(periods, math.ceil(periods / WARP), math.ceil(periods / threads))
     return busy, issued, steps
 
 
@@ -138,7 +130,8 @@ def estimate(frames: list, out) -> None:
 
     print("## Estimate (no GPU here): from the encoded frames, not a measurement\n", file=out)
     print("Schedules of the CUDA C kernels: a lane is busy when it has a sample to decode or takes part "
-          "in a scan; steps are warp steps (compact) or block-wide phases (fast).\n", file=out)
+          "in a scan; steps are warp steps (compact) or block-wide phases (fast; a warp with no work in a "
+          "phase skips it).\n", file=out)
     print("| mode | frames | MB read / frame | MB written / frame | tiles / frame | steps / tile-channel "
           "| busy lane-steps |", file=out)
     print("|---|---|---|---|---|---|---|", file=out)
@@ -268,6 +261,10 @@ def traffic_report(frames: list, out) -> None:
 _SASS_LINE = re.compile(r'//## File "([^"]+)", line (\d+)')
 _SASS_INSTRUCTION = re.compile(r"^\s+/\*[0-9a-f]{4,}\*/\s+(.+?)\s*;")
 _SASS_FUNCTION = re.compile(r"^(\w+):$")
+_SASS_SUBROUTINE = re.compile(r"^\s*\.type\s+\S+,@function")
+_SASS_LABEL = re.compile(r"^(\.L_x_\d+):")
+_SASS_DIVERGED_BRANCH = re.compile(r"^BRA\.DIV\s.*`\((\.L_x_\d+)\)")
+_SASS_UNCONDITIONAL_BRANCH = re.compile(r"^BRA\s")
 _SOURCE_FUNCTION = re.compile(r"^(?:L3_DEVICE|L3_HOST_DEVICE)\s.*?(\w+)\(")
 
 
@@ -314,14 +311,33 @@ def sass_by_function(text: str) -> dict:
     return counts
 
 
-def sass_instructions(text: str):
+def sass_instructions(text: str, converged: bool = False):
     """(kernel, chain) of every SASS instruction (NOPs left out) in `nvdisasm -gi` output; chain:
-    ((source path, line), ...) from the innermost inlined line out to the kernel's own."""
+    ((source path, line), ...) from the innermost inlined line out to the kernel's own. converged:
+    leave out the blocks a BRA.DIV jumps to, from their label to their unconditional BRA back (a
+    warp shuffle's path for a warp that reaches it diverged, which the emulation never takes: a
+    shuffle there waits for every lane of its mask)."""
     kernel, chain, chain_done = None, ((pathlib.Path("?"), 0),), True
+    diverged_targets, in_diverged = set(), False
     for line in text.splitlines():
+        label = _SASS_LABEL.match(line)
+        if converged and label and label.group(1) in diverged_targets:
+            in_diverged = True
+        instruction = _SASS_INSTRUCTION.match(line)
+        if instruction:
+            target = _SASS_DIVERGED_BRANCH.search(instruction.group(1))
+            if target:
+                diverged_targets.add(target.group(1))
+            if in_diverged:
+                in_diverged = not _SASS_UNCONDITIONAL_BRANCH.match(instruction.group(1))
+                chain_done = True
+                continue
         match = _SASS_FUNCTION.match(line)
         if match and not line.startswith("."):
             kernel = match.group(1)
+            continue
+        if _SASS_SUBROUTINE.match(line):  # a compiler helper (64-bit division) without line info:
+            chain, chain_done = ((pathlib.Path("?"), 0),), True  # not the last line before it
             continue
         found = _SASS_LINE.search(line)
         if found:  # consecutive comment lines: the inline stack, innermost first
@@ -366,7 +382,7 @@ def sass_report(out) -> dict:
     by_line = {}
     for filename in cuda_c.SOURCES:
         text = disassemble_sass(filename, nvdisasm)
-        for kernel, chain in sass_instructions(text):
+        for kernel, chain in sass_instructions(text, converged=True):
             key = tuple((path.name, number) for path, number in chain)
             lines = by_line.setdefault(kernel, {})
             lines[key] = lines.get(key, 0) + 1
@@ -473,8 +489,9 @@ def sass_per_sample_report(frames: list, sass_lines: dict, out) -> None:
           "Loops the kernels ask nvcc to unroll (L3_UNROLL) are unrolled by g++ as well, so they are priced "
           "once per iteration. An ESTIMATE, biased high where nvcc makes copies of a line on its own "
           "(peeled or unswitched loops): every copy is priced as if it ran. Unmatched SASS (lines g++ "
-          "inlines differently) is left out. Write-out: the lines of write_tile_sectors / "
-          "write_tile_part and what they inline.\n", file=out)
+          "inlines differently) is left out, and so are the blocks a BRA.DIV jumps to (a shuffle's path "
+          "for a diverged warp; the emulation's shuffles wait for every lane) and compiler subroutines "
+          "without line information. Write-out: the lines of write_tile_sectors and what it inlines.\n", file=out)
     print("| mode | frames | warp-instructions per sample | of which write-out "
           "| SASS not matched to a line the emulation ran | top source lines (instructions per sample) |", file=out)
     print("|---|---|---|---|---|---|", file=out)
@@ -497,7 +514,7 @@ def sass_per_sample_report(frames: list, sass_lines: dict, out) -> None:
               f"{unmatched / max(sum(sass.values()), 1):.0%} | {described} |", file=out)
 
 
-_WRITE_OUT = ("write_tile_sectors", "write_tile_part")
+_WRITE_OUT = ("write_tile_sectors",)
 _kernel_functions = {}
 
 

@@ -2,22 +2,27 @@
 // FAST_THREADS threads per tile, the channels and rows of the tile in order, every row decoded
 // in parallel.
 //
-// Per row: the A bit (any residual non-zero); thread t owns group t: its flag, a block scan of the
-// flags places its header, the header gives the group's bit length, a block scan of the lengths
-// places its data. Then thread t decodes column t of each
-// FAST_THREADS-column chunk. A packed sample and a Rice remainder sit at fixed offsets; a Rice
-// quotient comes from the group's unary part, read in words of up to 32 bits by the group's first
-// 32 lanes, which rank its ones with popcounts into a shared table (one_at[rank] = position), so
-// sample i's quotient is one_at[i] - one_at[i - 1] - 1. Row 0 is a delta along the row (a block
-// scan of the residuals, exact modulo 2**bits); later rows are predicted in FAST_PHASES passes, a
-// barrier after each.
+// Every read of the compressed bits is a warp's coalesced load of aligned 4-byte words, lane i the
+// i-th word of the span the warp reads next (warp_load_words), and each lane takes its bits from
+// them with shuffles (warp_bits), so a warp asks for each byte it needs about once. Per row: the
+// warps holding groups (thread t owns group t) load the A bit and all the flags, then their groups'
+// headers, placed by counting the flags; a warp scan of the group lengths places the data (the
+// groups of later warps add the earlier warps' totals). Then a warp per group: one load for the
+// group's fields and, for a Rice group, the unary part after them; lane i decodes samples 2i and
+// 2i + 1 (adjacent fields, one 32-bit window). The warp ranks the unary part's ones with popcounts
+// into a per-warp table (one_at[rank] = position), so sample i's quotient is
+// one_at[i] - one_at[i - 1] - 1. Row 0 is a delta along the row (warp 0, a warp scan of the
+// residuals, exact modulo 2**bits). Later rows: phase 0 (columns c % FAST_PERIOD == 0, from N) as the
+// residuals are staged, then a thread per period of FAST_PERIOD columns runs the other phases in
+// registers (predict_period).
 //
 // Every read stops at the end of the item's file: bytes past it read as zero, as the CPU decoder
 // reads a file, so both see the same bits wherever a corrupt stream sends them.
 //
-// Rows are staged in a ring in dynamic shared memory, per channel; each band of ring - 1 rows is
-// written out (all channels, inverse colour transform, coalesced) once every channel has decoded
-// it, the ring's spare row keeping the row above.
+// Rows are staged in a ring in dynamic shared memory, per channel: a band of ring - 1 rows at ring
+// rows 1.., ring row 0 holding the row above the band. Each band is written out (all channels,
+// inverse colour transform, write_tile_sectors: whole 32-byte sectors) once every channel has
+// decoded it, and its last row is copied to ring row 0 for the next.
 #include "l3_common.cuh"
 
 namespace l3 {
@@ -58,58 +63,118 @@ struct FastShared {
     int value[4];   // the sample of a constant stream
     long long row_data;  // the current row's first data bit (block-uniform, kept here, not in registers)
     long long row_end;   // its end
-    int scan[FAST_THREADS / 32];
-    // per group of the current row: (data bit offset << FAST_OFFSET_SHIFT) | (qsum << FAST_CODE_SHIFT) | code;
-    // 0 (packed, width 0) for an unflagged group
+    long long size;      // where the item's file ends: reads stop there (kept here, not in registers)
+    int scan[FAST_THREADS / 32];  // a row's data bits per warp of groups
+    // per group of the current row: (data bit offset << FAST_OFFSET_SHIFT) | (qsum << FAST_CODE_SHIFT) | code,
+    // the offset from the data of the group's warp (groups 32.. add scan[0]); 0 for an unflagged group
     unsigned group[FAST_ROW_GROUPS];
-    // per chunk of columns (two, alternating): the positions of each Rice group's ones, by rank
-    unsigned short one_at[2][FAST_THREADS];
-    // and whether each Rice group's unary part holds its n codes exactly
-    unsigned char sound[2][FAST_THREADS / FAST_GROUP_SIZE];
+    // per warp: the positions of its Rice group's ones in the unary part, by rank
+    unsigned short one_at[FAST_THREADS / 32][FAST_GROUP_SIZE];
 };
-static_assert(sizeof(FastShared) <= FAST_FIXED_BYTES, "FastShared must fit FAST_FIXED_BYTES");
+static_assert(sizeof(FastShared) <= FAST_FIXED_BYTES && FAST_FIXED_BYTES - sizeof(FastShared) < 16,
+              "FAST_FIXED_BYTES is sizeof(FastShared) rounded up to 16");
 static_assert(FAST_FIXED_BYTES % 16 == 0, "the staged rows must stay aligned");
+
+// Lane i of a warp loads the i-th aligned 4-byte word from the one holding bit `first_bit`, for as
+// many lanes as bits [first_bit, end_bit) span: a coalesced load of the bits the warp reads next,
+// which warp_bits then hands out (bit offsets from first_bit & ~31).
+L3_DEVICE unsigned warp_load_words(const unsigned char* __restrict__ data, long long size, long long first_bit,
+                                   long long end_bit, int lane) {
+    const long long first_word = first_bit >> 5;
+    const long long words = end_bit > first_bit ? ((end_bit + 31) >> 5) - first_word : 0;
+    return lane < words ? load_word(data, size, (first_word + lane) * 4) : 0u;
+}
+
+// The 32 bits at bit `at` of the words warp_load_words spread over the warp (every lane takes part;
+// `at` is below 31 * 32).
+L3_DEVICE unsigned warp_bits(unsigned word, int at) {
+    const unsigned lo = __shfl_sync(L3_FULL_MASK, word, at >> 5);
+    const unsigned hi = __shfl_sync(L3_FULL_MASK, word, (at >> 5) + 1);
+    return (unsigned)((((unsigned long long)hi << 32) | lo) >> (at & 31));
+}
+
+// The 32 bits at bit `at` of a group's words: word (lane i: word i) and, for 16-bit samples, word2
+// (lane i: word 32 + i; `at` below 62 * 32); 8-bit groups span at most 32 words (`at` below 31 * 32).
+template <int BITS>
+L3_DEVICE unsigned group_bits(unsigned word, unsigned word2, int at) {
+    if (BITS == 8) return warp_bits(word, at);
+    const int i = at >> 5;
+    const unsigned lo = __shfl_sync(L3_FULL_MASK, word, i & 31), lo2 = __shfl_sync(L3_FULL_MASK, word2, i & 31);
+    const unsigned hi = __shfl_sync(L3_FULL_MASK, word, (i + 1) & 31),
+                   hi2 = __shfl_sync(L3_FULL_MASK, word2, (i + 1) & 31);
+    return (unsigned)((((unsigned long long)(i + 1 < 32 ? hi : hi2) << 32) | (i < 32 ? lo : lo2)) >> (at & 31));
+}
+
+// The low n bits set (none for n <= 0, all for n >= 32).
+L3_DEVICE unsigned low_bits(int n) { return n >= 32 ? ~0u : n <= 0 ? 0u : (1u << n) - 1; }
+
+// Phases 1 .. FAST_PHASES - 1 of the period of columns b .. b + FAST_PERIOD - 1 of a row, in registers:
+// distance d = FAST_PERIOD / 2 .. 1, columns c % 2d == d from their neighbours d away, decoded
+// before (columns b and b + FAST_PERIOD, the next period's first, in phase 0). Past the row's end
+// (w) a column's right neighbours are missing: R = L, NE = NW.
+template <typename T, int BITS>
+L3_DEVICE void predict_period(T* row, const T* row_above, int b, int w) {
+    constexpr int mask = (1 << BITS) - 1;
+    int x[FAST_PERIOD + 1], up[FAST_PERIOD + 1];
+L3_UNROLL
+    for (int o = 0; o <= FAST_PERIOD; ++o) {
+        const int c = min_of(b + o, w - 1);  // a clamped column's value is never used
+        x[o] = row[c];
+        up[o] = row_above[c];
+    }
+L3_UNROLL
+    for (int d = FAST_PERIOD / 2; d >= 1; d >>= 1) {
+L3_UNROLL
+        for (int o = d; o < FAST_PERIOD; o += 2 * d) {
+            const bool inside = b + o + d < w;
+            const int left = x[o - d], right = inside ? x[o + d] : left;
+            const int up_left = up[o - d], up_right = inside ? up[o + d] : up_left;
+            const int predicted = med((left + right) >> 1, up[o], (up_left + up_right) >> 1);
+            x[o] = (predicted + unzigzag(x[o])) & mask;
+        }
+    }
+L3_UNROLL
+    for (int o = 1; o < FAST_PERIOD; ++o)
+        if (b + o < w) row[b + o] = (T)x[o];
+}
 
 // Decode row r of a coded stream into row[0..w) (row_above is row r - 1). Block-uniform: every
 // thread calls it with the same arguments. Updates sh.data_pos, or on a bad row sh.status and
 // sh.source, as fast.decode_fast_stream does row by row (§7.2: the row's headers in the stream,
 // their qsums, the row's end, then its Rice values).
 template <typename T, int BITS>
-L3_DEVICE void decode_fast_row(const unsigned char* __restrict__ data, long long size, FastShared& sh, int channel,
-                               int r, int w, T* row, const T* row_above) {
+L3_DEVICE void decode_fast_row(const unsigned char* __restrict__ data, FastShared& sh, int channel, int r, int w,
+                               T* row, const T* row_above) {
+    const long long size = sh.size;
     constexpr int code_bits = fast_code_bits<BITS>();
     constexpr int header_bits = code_bits + FAST_QSUM_BITS;
     constexpr int mask = (1 << BITS) - 1;
-    const int tid = threadIdx.x;
+    const int tid = threadIdx.x, lane = tid & 31, warp_first = tid & ~31;
     const int groups = (w + FAST_GROUP_SIZE - 1) / FAST_GROUP_SIZE;
     const long long row_pos = sh.data_pos[channel];
-    // the A bit and the warp's 32 group flags: read by one lane of each warp, shuffled to the others
-    const int warp_lane = tid & 31;
-    unsigned a_bit = 0, warp_flags = 0;
-    if (warp_lane == 0) {
-        a_bit = read_bits(data, size, row_pos, 1);
-        if (tid < groups) warp_flags = read_bits(data, size, row_pos + 1 + tid, 32);
-    }
-    const bool any = __shfl_sync(L3_FULL_MASK, a_bit, 0) != 0;  // block-uniform
-    warp_flags = __shfl_sync(L3_FULL_MASK, warp_flags, 0);
-    bool bad_header = false;
-    if (tid == 0) sh.row_data = sh.row_end = row_pos + 1;  // read by thread 0 alone unless any
 
-    if (any) {
-        // thread t owns group t: its flag, then its header (placed by a scan of the flags), then its
-        // data (placed by a scan of the lengths)
-        const bool flag = tid < groups && ((warp_flags >> warp_lane) & 1);
-        int flagged;
-        const int header = block_exclusive_scan((int)flag, sh.scan, &flagged);
-        __syncthreads();  // the scan's warp sums are reused
+    // The row's head. Thread t owns group t; each warp holding groups loads the A bit and all the
+    // row's flags (at most 65 bits), then its own groups' headers, placed by counting the flags.
+    bool bad = false;
+    if (warp_first < groups) {  // warp-uniform
+        const int head_at = (int)(row_pos & 31);
+        const unsigned head = warp_load_words(data, size, row_pos, row_pos + 1 + groups, lane);
+        const bool any = warp_bits(head, head_at) & 1;
+        const unsigned flags_lo = any ? warp_bits(head, head_at + 1) & low_bits(groups) : 0u;  // groups 0..31
+        const unsigned flags_hi = any ? warp_bits(head, head_at + 33) & low_bits(groups - 32) : 0u;  // 32..63
+        const unsigned warp_flags = warp_first ? flags_hi : flags_lo;
+        const int warp_before = warp_first ? __popc(flags_lo) : 0;  // flagged groups of earlier warps
         const long long header_pos = row_pos + 1 + groups;
+        const long long warp_headers = header_pos + (long long)warp_before * header_bits;
+        const unsigned words = warp_load_words(data, size, warp_headers,
+                                               warp_headers + __popc(warp_flags) * header_bits, lane);
+        const int before = __popc(warp_flags & low_bits(lane));
+        const unsigned fields = warp_bits(words, (int)(warp_headers & 31) + before * header_bits);
         unsigned entry = 0;
         int length = 0;
-        bool bad = false;
-        if (flag) {
-            const unsigned fields = read_bits(data, size, header_pos + (long long)header * header_bits, header_bits);
+        if ((warp_flags >> lane) & 1) {
             const int code = (int)(fields & ((1u << code_bits) - 1));
-            const int qsum = (int)(fields >> code_bits);
+            const int qsum = (int)((fields >> code_bits) & ((1u << FAST_QSUM_BITS) - 1));
             const int n = min_of((int)FAST_GROUP_SIZE, w - tid * FAST_GROUP_SIZE);
             if (code <= BITS) {  // packed, code bits per sample; qsum unused
                 bad = qsum != 0;
@@ -119,104 +184,97 @@ L3_DEVICE void decode_fast_row(const unsigned char* __restrict__ data, long long
             }
             entry = ((unsigned)qsum << FAST_CODE_SHIFT) | (unsigned)code;
         }
-        int total;
-        const int offset = block_exclusive_scan(length, sh.scan, &total);
-        if (tid < groups) sh.group[tid] = entry | ((unsigned)offset << FAST_OFFSET_SHIFT);
-        if (tid == 0) {
-            sh.row_data = header_pos + (long long)flagged * header_bits;
-            sh.row_end = sh.row_data + total;
-        }
-        bad_header = __syncthreads_or(bad);  // and sh.group, sh.row_data are complete
+        // data offsets within the warp; the group table's readers add the earlier warps' bits (sh.scan)
+        const int inclusive = warp_inclusive_scan(length, lane);
+        if (tid < groups) sh.group[tid] = entry | ((unsigned)(inclusive - length) << FAST_OFFSET_SHIFT);
+        if (lane == 31) sh.scan[tid >> 5] = inclusive;
+        if (tid == 0)
+            sh.row_data = any ? header_pos + (long long)(__popc(flags_lo) + __popc(flags_hi)) * header_bits
+                              : row_pos + 1;
     }
+    const bool bad_header = __syncthreads_or(bad);  // sh.group, sh.scan and sh.row_data are complete
+    const long long row_data = sh.row_data;
+    const int low_warp_bits = sh.scan[0];  // the data bits of groups 0..31
+    if (tid == 0) sh.row_end = row_data + low_warp_bits + (groups > 32 ? sh.scan[1] : 0);
 
-    // the mapped residuals, FAST_THREADS columns at a time (a block-uniform loop)
-    bool corrupt = false;
-    for (int c0 = 0; c0 < w; c0 += FAST_THREADS) {
-        const int col = c0 + tid;
-        const int buffer = (c0 / FAST_THREADS) & 1;
-        unsigned short* one_at = sh.one_at[buffer];
-        int mapped = 0, k = -1, lane = 0, remainder = 0;
-        if (any && col < w) {
-            const int g = col / FAST_GROUP_SIZE;
-            const unsigned entry = sh.group[g];
-            const int code = (int)(entry & ((1u << FAST_CODE_SHIFT) - 1));
-            const int qsum = (int)((entry >> FAST_CODE_SHIFT) & ((1u << FAST_QSUM_BITS) - 1));
-            const long long pos = sh.row_data + (entry >> FAST_OFFSET_SHIFT);
-            const int n = min_of((int)FAST_GROUP_SIZE, w - g * FAST_GROUP_SIZE);
-            lane = col - g * FAST_GROUP_SIZE;
-            if (code <= BITS) {
-                mapped = (int)read_bits(data, size, pos + (long long)lane * code, code);
-            } else {
-                k = code - BITS - 1;
-                remainder = (int)read_bits(data, size, pos + (long long)lane * k, k);
-                const int span = min_of(n, 32);
-                if (lane < span) {
-                    // the unary part (n + qsum bits) in words of span bits: lane i files the one at bit i
-                    // of a word under its rank, so the group's one_at[rank] holds the rank-th one's position
-                    const long long unary = pos + (long long)n * k;
-                    const int unary_bits = n + qsum;
-                    int ones = 0;
-                    bool last = false;
-                    for (int at = 0; at < unary_bits; at += span) {
-                        const int count = min_of(span, unary_bits - at);
-                        const unsigned word = read_bits(data, size, unary + at, count);
-                        if ((word >> lane) & 1) {
-                            const int rank = ones + __popc(word & ((1u << lane) - 1));
-                            if (rank < n) one_at[tid - lane + rank] = (unsigned short)(at + lane);
-                        }
-                        ones += __popc(word);
-                        last = (word >> (count - 1)) & 1;
-                    }
-                    // n codes, ending with the part: the quotients sum to qsum
-                    if (lane == 0) sh.sound[buffer][tid / FAST_GROUP_SIZE] = ones == n && last;
+    // The mapped residuals, a warp per group: lane i holds samples 2i and 2i + 1, whose fields are
+    // adjacent (2 * width <= 32 bits). The warp loads the group's bits (fields, then a Rice group's
+    // unary part) with one coalesced load, a word per lane (a second for a 16-bit group over 32 words),
+    // and shuffles each lane its fields.
+    unsigned corrupt = 0;
+    unsigned short* one_at = sh.one_at[tid >> 5];
+    for (int g = tid >> 5; g < groups; g += FAST_THREADS / 32) {  // warp-uniform
+        const unsigned entry = sh.group[g];
+        const int code = (int)(entry & ((1u << FAST_CODE_SHIFT) - 1));
+        const int qsum = (int)((entry >> FAST_CODE_SHIFT) & ((1u << FAST_QSUM_BITS) - 1));
+        const int n = min_of((int)FAST_GROUP_SIZE, w - g * FAST_GROUP_SIZE);
+        const bool rice = code > BITS;
+        const int width = rice ? code - BITS - 1 : code;  // a packed field, or a Rice remainder (k bits)
+        const long long first = row_data + (entry >> FAST_OFFSET_SHIFT) + (g >= 32 ? low_warp_bits : 0);
+        const int unary_at = (int)(first & 31) + n * width;  // bit offsets from first & ~31
+        const int unary_bits = rice ? n + qsum : 0;
+        unsigned word = 0, word2 = 0;
+        if (code != 0) {  // warp-uniform
+            const long long end = first + n * width + unary_bits;
+            word = warp_load_words(data, size, first, end, lane);
+            if (BITS == 16) word2 = warp_load_words(data, size, ((first >> 5) + 32) << 5, end, lane);
+        }
+        const unsigned pair = group_bits<BITS>(word, word2, (int)(first & 31) + 2 * lane * width);
+        int mapped0 = (int)(pair & low_bits(width)), mapped1 = (int)((pair >> width) & low_bits(width));
+        const int sample = 2 * lane, col = g * FAST_GROUP_SIZE + sample;
+        if (rice) {  // warp-uniform
+            // the unary part, 32 bits at a time: lane i files the one at bit i under its rank, so
+            // one_at[rank] holds the rank-th one's position in the part (the bits after the part, in its
+            // last window, rank after its own ones)
+            int ones = 0;
+#pragma unroll 1
+            for (int at = 0; at < unary_bits; at += 32) {
+                const unsigned bits = group_bits<BITS>(word, word2, unary_at + at);
+                const int rank = ones + __popc(bits & low_bits(lane));
+                if (((bits >> lane) & 1) && rank < n) one_at[rank] = (unsigned short)(at + lane);
+                ones += __popc(bits);
+            }
+            __syncwarp();  // one_at is filed
+            // n codes ending with the part (the quotients sum to qsum): its n-th one is its last bit
+            const bool sound = ones >= n && one_at[n - 1] == unary_bits - 1;
+            if (sample < n) {
+                const int at0 = one_at[sample];
+                mapped0 |= (at0 - (sample ? one_at[sample - 1] + 1 : 0)) << width;
+                corrupt |= (unsigned)!sound | (unsigned)(mapped0 > mask);
+                if (sample + 1 < n) {
+                    mapped1 |= (one_at[sample + 1] - at0 - 1) << width;
+                    corrupt |= (unsigned)(mapped1 > mask);
                 }
             }
+            __syncwarp();  // one_at is read before the warp's next group files it
         }
-        __syncthreads();  // one_at and sound are filed
-        if (k >= 0) {
-            if (sh.sound[buffer][tid / FAST_GROUP_SIZE]) {
-                const int quotient = one_at[tid] - (lane ? one_at[tid - 1] + 1 : 0);
-                mapped = (quotient << k) | remainder;
-                corrupt |= mapped > mask;
-            } else {
-                corrupt = true;
-            }
+        if (sample < n) {
+            // phase 0 (columns c % FAST_PERIOD == 0, predicted by N alone) right away; others keep m
+            row[col] = (T)((r > 0 && col % FAST_PERIOD == 0 ? row_above[col] + unzigzag(mapped0) : mapped0) & mask);
+            if (sample + 1 < n) row[col + 1] = (T)(mapped1 & mask);
         }
-        if (col < w) row[col] = (T)(mapped & mask);
     }
-    const bool row_corrupt = __syncthreads_or(corrupt);  // and the residuals are staged
+    const bool row_corrupt = __syncthreads_or((int)corrupt);  // and the residuals are staged
 
     if (r == 0) {
-        // X[0][c] = (half + sum of unzigzag(m[0..c])) mod 2**bits: each thread a run of columns
-        const int per_thread = (w + FAST_THREADS - 1) / FAST_THREADS;
-        const int c0 = min_of(w, tid * per_thread), c1 = min_of(w, c0 + per_thread);
-        int sum = 0;
-        for (int c = c0; c < c1; ++c) sum += unzigzag(row[c]);
-        int unused;
-        int value = (1 << (BITS - 1)) + block_exclusive_scan(sum, sh.scan, &unused);
-        for (int c = c0; c < c1; ++c) {
-            value += unzigzag(row[c]);
-            row[c] = (T)(value & mask);
+        // X[0][c] = (half + sum of unzigzag(m[0..c])) mod 2**bits: warp 0 alone, each lane a run of columns
+        if (tid < 32) {
+            const int per_lane = (w + 31) / 32;
+            const int c0 = min_of(w, lane * per_lane), c1 = min_of(w, c0 + per_lane);
+            int sum = 0;
+#pragma unroll 1
+            for (int c = c0; c < c1; ++c) sum += unzigzag(row[c]);
+            int value = (1 << (BITS - 1)) + warp_inclusive_scan(sum, lane) - sum;
+#pragma unroll 1
+            for (int c = c0; c < c1; ++c) {
+                value += unzigzag(row[c]);
+                row[c] = (T)(value & mask);
+            }
         }
     } else {
-        // phase 0: columns c % FAST_PERIOD == 0 from N; phase j: distance d = FAST_PERIOD >> j, columns
-        // c % 2d == d from their neighbours d away, decoded in earlier phases
-        for (int phase = 0; phase < FAST_PHASES; ++phase) {
-            const int step = phase == 0 ? FAST_PERIOD : FAST_PERIOD >> (phase - 1);
-            const int d = phase == 0 ? 0 : step >> 1;
-            for (int col = d + tid * step; col < w; col += FAST_THREADS * step) {
-                int predicted = row_above[col];
-                if (phase > 0) {
-                    const int left = row[col - d];
-                    const int up_left = row_above[col - d];
-                    const int right = col + d < w ? row[col + d] : left;
-                    const int up_right = col + d < w ? row_above[col + d] : up_left;
-                    predicted = med((left + right) >> 1, predicted, (up_left + up_right) >> 1);
-                }
-                row[col] = (T)((predicted + unzigzag(row[col])) & mask);
-            }
-            __syncthreads();
-        }
+        // phases 1 .. FAST_PHASES - 1, a thread per period of FAST_PERIOD columns
+        for (int b = tid * FAST_PERIOD; b < w; b += FAST_THREADS * FAST_PERIOD)
+            predict_period<T, BITS>(row, row_above, b, w);
     }
     if (tid == 0) {  // fast.decode_fast_row's checks, in its order (docs/FORMAT.md §7.2)
         const long long end = sh.end[channel] * 8;
@@ -263,7 +321,7 @@ L3_DEVICE void decode_fast_tile(const unsigned char* __restrict__ data, long lon
     const int ring = fast_ring_rows(channels, tile_width, item.tile_height, sizeof(T));
     const int band = ring - 1;
     // the item's file ends with its last stream: reads stop there, as the CPU decoder's stop at the file's end
-    const long long tiles_y = (item.height + item.tile_height - 1) / item.tile_height;
+    const long long tiles_y = (unsigned)(item.height + item.tile_height - 1) / (unsigned)item.tile_height;  // < 2**29
     const long long size = min_of(data_size, stream_ends[item.stream_base + tiles_y * item.tiles_x * channels - 1]);
 
     unsigned char* smem = l3_dynamic_shared();
@@ -290,7 +348,10 @@ L3_DEVICE void decode_fast_tile(const unsigned char* __restrict__ data, long lon
         sh.source[tid] = source;
         sh.value[tid] = source == SOURCE_CONSTANT ? (int)load_sample<T>(data, size, start + 1) : 0;
     }
-    if (tid == 0) init_tile_writer(sh.writer, item, out, tile_y0, tile_x0, h, w, sizeof(T));
+    if (tid == 0) {
+        init_tile_writer(sh.writer, item, out, tile_y0, tile_x0, h, w, sizeof(T));
+        sh.size = size;
+    }
     __syncthreads();
 
     for (int r0 = 0; r0 < h; r0 += band) {
@@ -298,15 +359,14 @@ L3_DEVICE void decode_fast_tile(const unsigned char* __restrict__ data, long lon
         for (int channel = 0; channel < channels; ++channel) {
             T* plane = stage + channel * ring * tile_width;
             for (int r = r0; r < r1; ++r) {
-                T* row = plane + (r % ring) * tile_width;
+                T* row = plane + (r - r0 + 1) * tile_width;
                 const int source = sh.source[channel];  // block-uniform: changed only between barriers
                 if (source == SOURCE_CODED) {
-                    decode_fast_row<T, BITS>(data, size, sh, channel, r, w, row,
-                                             plane + ((r + ring - 1) % ring) * tile_width);
+                    decode_fast_row<T, BITS>(data, sh, channel, r, w, row, row - tile_width);
                 } else if (source == SOURCE_RAW) {
                     const long long base = (sh.data_pos[channel] >> 3) + (long long)r * w * (long long)sizeof(T);
                     for (int col = tid; col < w; col += FAST_THREADS)
-                        row[col] = (T)load_sample<T>(data, size, base + (long long)col * (long long)sizeof(T));
+                        row[col] = (T)load_sample<T>(data, sh.size, base + (long long)col * (long long)sizeof(T));
                 } else {
                     const T value = (T)sh.value[channel];
                     for (int col = tid; col < w; col += FAST_THREADS) row[col] = value;
@@ -314,10 +374,18 @@ L3_DEVICE void decode_fast_tile(const unsigned char* __restrict__ data, long lon
             }
         }
         __syncthreads();
+        if (r1 < h) {  // row 0 of the ring takes the band's last row, the row above the next band
+            for (int channel = 0; channel < channels; ++channel) {
+                T* plane = stage + channel * ring * tile_width;
+                for (int col = tid; col < w; col += FAST_THREADS) plane[col] = plane[(r1 - r0) * tile_width + col];
+            }
+        }
         const T* staged = stage;
-        write_tile_part<T, BITS>(sh.writer, r0, r1, 0, w, tid, FAST_THREADS, [&](int c, int r, int col) -> unsigned {
-            return staged[(c * ring + r % ring) * tile_width + col];
-        });
+        const int first_row = 1 - r0;  // the ring row of tile row r, less r
+        write_tile_sectors<T, BITS>(sh.writer, r0, r1, 0, w, tid >> 5, FAST_THREADS / 32, tid & 31,
+                                    [&](int c, int r, int col) -> unsigned {
+                                        return staged[(c * ring + r + first_row) * tile_width + col];
+                                    });
         __syncthreads();
     }
 

@@ -111,16 +111,18 @@ L3_HOST_DEVICE long long compact_shared_bytes(long long channels, long long tile
 // decoded rows ([ring][tile_width] samples): bands of ring - 1 rows are written out at once,
 // the ring's extra row keeps the row above the band.
 enum : int {
-    // a thread per group of the widest tile (4096 / 64; fast.cu asserts it), and per row a column
-    // per thread in each 128-column chunk
+    // a thread per group of the widest tile's row head (4096 / 64; fast.cu asserts it); the unpack
+    // takes a warp per group, the prediction a thread per period of 8 columns
     FAST_THREADS = 128,
-    FAST_FIXED_BYTES = 1232,
+    FAST_FIXED_BYTES = 976,  // sizeof(FastShared) rounded up to 16 (fast.cu asserts both)
     FAST_STAGE_BUDGET = 32768,  // bytes of staged rows aimed at; at least 2 rows are staged
 };
 
 L3_HOST_DEVICE int fast_ring_rows(long long channels, long long tile_width, long long tile_height,
                                   long long sample_bytes) {
-    long long rows = FAST_STAGE_BUDGET / (channels * tile_width * sample_bytes);
+    // a 32-bit division (a 64-bit one is a subroutine call on the GPU): a row of a tile is at most
+    // 4 * 4096 * 2 bytes
+    long long rows = FAST_STAGE_BUDGET / (int)(channels * tile_width * sample_bytes);
     if (rows > tile_height + 1) rows = tile_height + 1;
     if (rows < 2) rows = 2;
     return (int)rows;
@@ -241,7 +243,8 @@ L3_DEVICE int med(int w, int n, int nw) {
     return w + n - nw;
 }
 
-L3_DEVICE int unzigzag(int mapped) { return (mapped & 1) ? -((mapped + 1) >> 1) : (mapped >> 1); }
+// (m >> 1) for even m, -((m + 1) >> 1) for odd m >= 0, without a branch
+L3_DEVICE int unzigzag(int mapped) { return (mapped >> 1) ^ -(mapped & 1); }
 
 // RUN_ORDER[index] of compact.py (the JPEG-LS J table), without a lookup table.
 L3_DEVICE int run_order(int index) {
@@ -284,25 +287,6 @@ L3_UNROLL
         if (lane >= delta) value += other;
     }
     return value;
-}
-
-// Exclusive scan over a 1-D block whose size is a multiple of 32; *total gets the block sum.
-// warp_sums is shared memory of blockDim.x / 32 entries. One __syncthreads inside: the caller
-// must __syncthreads before the next scan reuses warp_sums.
-template <typename V>
-L3_DEVICE V block_exclusive_scan(V value, V* warp_sums, V* total) {
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, warps = blockDim.x >> 5;
-    const V inclusive = warp_inclusive_scan(value, lane);
-    if (lane == 31) warp_sums[warp] = inclusive;
-    __syncthreads();
-    V before = 0, sum = 0;
-    for (int i = 0; i < warps; ++i) {
-        const V s = warp_sums[i];
-        sum += s;
-        if (i < warp) before += s;
-    }
-    *total = sum;
-    return before + inclusive - value;
 }
 
 // ------------------------------------------------------------------ output
@@ -350,40 +334,6 @@ L3_DEVICE unsigned output_sample(const TileWriter& writer, const Fetch& fetch, i
     return add_green<BITS>(value, green);
 }
 
-// Write the staged samples of tile rows [r0, r1) and columns [c0, c1) that fall inside the
-// region: HWC interleaved, little-endian samples, after the inverse colour transform.
-// fetch(channel, row, col) returns a staged plane sample (tile coordinates). Consecutive
-// threads write consecutive samples of a row of the region; nothing outside it is written.
-// The output must be aligned to sizeof(T) (batch.prepare's offsets are).
-template <typename T, int BITS, typename Fetch>
-L3_DEVICE void write_tile_part(const TileWriter& writer, int r0, int r1, int c0, int c1, int tid, int threads,
-                               const Fetch& fetch) {
-    r0 = max_of(r0, writer.row_lo);
-    r1 = min_of(r1, writer.row_hi);
-    c0 = max_of(c0, writer.col_lo);
-    c1 = min_of(c1, writer.col_hi);
-    if (r0 >= r1 || c0 >= c1) return;
-    const int channels = writer.channels;
-    const int row_samples = (c1 - c0) * channels;
-    const long long pitch = writer.pitch;
-    unsigned char* base = writer.out + (r0 - writer.row_lo) * pitch + (c0 - writer.col_lo) * channels * (int)sizeof(T);
-    // thread i of the flat index (row, sample) steps by `threads`: two divisions per call, none per sample
-    const int row_step = threads / row_samples, sample_step = threads - row_step * row_samples;
-    int row = tid / row_samples, sample = tid - row * row_samples;
-    for (; row < r1 - r0; row += row_step, sample += sample_step) {
-        if (sample >= row_samples) {
-            sample -= row_samples;
-            if (++row >= r1 - r0) break;
-        }
-        // channels is 1..4: a shift, or for 3 a division by a constant (a multiply)
-        const int pixel = channels == 3 ? (int)((unsigned)sample / 3u) : sample >> (channels >> 1);
-        const int channel = sample - pixel * channels;
-        reinterpret_cast<T*>(base + row * pitch)[sample] = (T)output_sample<BITS>(writer, fetch, channel, r0 + row,
-                                                                                 c0 + pixel);
-    }
-}
-
-
 // Where write_tile_sectors ends an output row whose first byte is at an address `misalign`
 // past a 128-byte boundary, once the tile's columns before c are staged: the region's end
 // once c reaches it, else the 32-byte boundary at or before column c, but not before the row's
@@ -394,8 +344,10 @@ L3_DEVICE int sector_boundary(const TileWriter& writer, int misalign, int c, int
     return max_of(misalign, (misalign + (c - writer.col_lo) * pixel_bytes) & ~31);
 }
 
-// Write the staged samples of tile rows [r0, r1) and columns [c0, c1) inside the region (as
-// write_tile_part), with each output row cut at sector_boundary: calls for consecutive column
+// Write the staged samples of tile rows [r0, r1) and columns [c0, c1) that fall inside the region
+// (HWC interleaved, little-endian samples, after the inverse colour transform; fetch(channel, row,
+// col) returns a staged plane sample, tile coordinates; nothing outside the region is written),
+// with each output row cut at sector_boundary: calls for consecutive column
 // ranges write every byte once, and columns from c0 - 31 on must still be staged. Warp `warp`
 // of `warps` writes rows r0 + warp, r0 + warp + warps, ...: lane i the i-th 4-byte word of each
 // 128-byte aligned span of the row, so a warp's stores fill whole 32-byte sectors except at the

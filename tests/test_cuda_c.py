@@ -58,11 +58,12 @@ def _stream_census(data) -> dict:
 
 def _fast_census(data) -> dict:
     """Counts of what the rows of a file's coded fast streams hold: zero rows (A = 0), unflagged,
-    packed and Rice groups (docs/FORMAT.md §7), read with fast.py's field helpers."""
+    packed and Rice groups (docs/FORMAT.md §7), and the most data bits of a group, read with fast.py's
+    field helpers."""
     parsed = fmt.parse(data)
     info = parsed.info
     buf = np.frombuffer(data, np.uint8)
-    census = {"zero_rows": 0, "unflagged": 0, "packed": 0, "rice": 0}
+    census = {"zero_rows": 0, "unflagged": 0, "packed": 0, "rice": 0, "group_bits": 0}
     for stream, (start, end) in enumerate(zip(parsed.stream_starts, parsed.stream_ends)):
         if buf[start] != fmt.KIND_CODED:
             continue
@@ -89,7 +90,9 @@ def _fast_census(data) -> dict:
                 code, qsum = fields & ((1 << code_bits) - 1), fields >> code_bits
                 census["packed" if code <= info.bits else "rice"] += 1
                 count = min(fast.GROUP_SIZE, w - g * fast.GROUP_SIZE)
-                pos += fast.group_data_bits(code, qsum, count, info.bits)
+                bits = int(fast.group_data_bits(code, qsum, count, info.bits))
+                census["group_bits"] = max(census["group_bits"], bits)
+                pos += bits
     return census
 
 
@@ -171,6 +174,17 @@ def test_wide_tiles_are_written_in_strips_and_bands():
     _assert_matches_cpu(
         files, [(3, 130, 30, 140), (0, 140, 35, 60), (17, 5, 50, 250), (1, 2, 38, 250)], orders=("reversed",)
     )
+
+
+def test_fast_groups_over_32_words():
+    """A 16-bit fast group whose bits span more than 32 aligned words (packed at 16 bits: 1024 bits)
+    is read with a second word per lane (kernels/fast.cu, group_bits)."""
+    image = np.full((8, 256), 1000, np.uint16)
+    image[:, 64:128] = np.random.default_rng(11).integers(0, 65536, (8, 64), dtype=np.uint16)
+    data = _encode(image, "fast", 256, 8)
+    census = _fast_census(data)
+    assert census["group_bits"] >= 1024 and census["unflagged"], census
+    _assert_matches_cpu([data])
 
 
 @pytest.mark.parametrize("mode", ["compact", "fast"])
