@@ -1,11 +1,12 @@
-"""`fast` mode (format version 2): row-parallel prediction, per-group packed-or-Rice residuals.
+"""`fast` mode (format version 3): row-parallel prediction, per-group packed, Rice or sparse residuals.
 
 Row 0 of a tile is delta-coded along the row. Every later row is predicted in PHASES phases
 from the row above and from samples of its own row decoded in earlier phases, so all samples
 of a phase decode in parallel. A row's mapped residuals are cut into groups of GROUP_SIZE:
 the row starts with one bit (any residual non-zero?), then one flag per group (non-zero?),
-then a header per flagged group (a code, packed width or Rice parameter, and the sum of the
-group's Rice quotients), then the flagged groups' data. Every group's bit offset follows from
+then a header per flagged group (a code: sparse, packed width or Rice parameter; and a count:
+the group's non-zero samples if sparse, else the sum of its Rice quotients), then the flagged
+groups' data. Every group's bit offset follows from
 the headers alone, by a prefix sum. docs/FORMAT.md §7 is the specification.
 """
 
@@ -18,16 +19,18 @@ from .format import KIND_CODED, STATUS_BAD_HEADER, STATUS_BAD_SIZE, STATUS_CORRU
 from .jit import device
 from .streams import constant_value, encode_uncoded
 
-# ---- Frozen constants of format version 2 (docs/FORMAT.md §7.4). Changing one changes the format.
+# ---- Frozen constants of format version 3 (docs/FORMAT.md §7.4). Changing one changes the format.
 GROUP_SIZE = 64  # samples per group; the last group of a row may hold fewer
-QSUM_BITS = 7  # bits of a header's quotient sum: a Rice group's quotients add up to at most 127
+QSUM_BITS = 7  # bits of a header's count: a Rice group's quotient sum (at most 127), a sparse group's size
+SPARSE_CODE = 0  # code of a sparse group (format version 3; version 2 allowed it only with qsum 0)
+POSITION_BITS = 6  # a sparse sample's column within its group: GROUP_SIZE == 2**POSITION_BITS
 PHASES = 4  # prediction phases of rows >= 1
 PERIOD = 1 << (PHASES - 1)  # phase 0 takes every PERIOD-th column from the row above
 
 
 @device
 def code_bits(bits):
-    """Bits of a group's code: packed widths 0..bits, then Rice parameters 0..max_rice_k(bits)."""
+    """Bits of a group's code: sparse (0), packed widths 1..bits, then Rice parameters 0..max_rice_k(bits)."""
     return 4 if bits == 8 else 5
 
 
@@ -49,8 +52,10 @@ def groups_per_row(width):
 
 @device
 def group_data_bits(code, qsum, count, bits):
-    """Data bits of a flagged group of count samples: packed count * width, or Rice count
-    remainders of k bits plus count + qsum unary bits (k + 1 = code - bits)."""
+    """Data bits of a flagged group of count samples: sparse qsum positions and values, packed
+    count * width, or Rice count remainders of k bits plus count + qsum unary bits (k + 1 = code - bits)."""
+    if code == SPARSE_CODE:
+        return qsum * (POSITION_BITS + bits)
     if code <= bits:
         return count * code
     return count * (code - bits) + qsum
@@ -177,6 +182,23 @@ def decode_rice_group(buf, pos, tile, row, col, count, k, qsum, bits):
 
 
 @device
+def decode_sparse_group(buf, pos, tile, row, col, count, size, bits):
+    """Decode a sparse group at pos (size positions, then size values) into tile[row, col:col+count].
+    False unless its positions rise strictly and lie below count."""
+    for c in range(col, col + count):
+        tile[row, c] = 0
+    values = pos + size * POSITION_BITS
+    previous = np.int64(-1)
+    for i in range(size):
+        position = read_bits(buf, pos + i * POSITION_BITS, POSITION_BITS)
+        if position <= previous or position >= count:
+            return False
+        previous = position
+        tile[row, col + position] = read_bits(buf, values + i * bits, bits)
+    return True
+
+
+@device
 def decode_fast_row(buf, pos, end_bit, tile, row, width, bits):
     """Decode row at bit pos into tile; returns (status, bit position after the row)."""
     if pos + 1 > end_bit:
@@ -204,9 +226,13 @@ def decode_fast_row(buf, pos, end_bit, tile, row, width, bits):
             fields = read_bits(buf, header, size_of_header)
             code = fields & field_mask
             qsum = fields >> code_bits(bits)
-            if code <= bits and qsum != 0:  # every code is legal; a packed group has no quotients
+            count = min(GROUP_SIZE, width - group * GROUP_SIZE)
+            if code == SPARSE_CODE:
+                if qsum > count:  # more non-zero samples than the group holds
+                    return STATUS_BAD_HEADER, pos
+            elif code <= bits and qsum != 0:  # every code is legal; a packed group has no quotients
                 return STATUS_BAD_HEADER, pos
-            row_end += group_data_bits(code, qsum, min(GROUP_SIZE, width - group * GROUP_SIZE), bits)
+            row_end += group_data_bits(code, qsum, count, bits)
             header += size_of_header
     if row_end > end_bit:
         return STATUS_BAD_SIZE, pos
@@ -221,12 +247,16 @@ def decode_fast_row(buf, pos, end_bit, tile, row, width, bits):
         fields = read_bits(buf, header, size_of_header)
         header += size_of_header
         code = fields & field_mask
-        if code <= bits:
+        qsum = fields >> code_bits(bits)
+        if code == SPARSE_CODE:
+            if not decode_sparse_group(buf, data_pos, tile, row, col, count, qsum, bits):
+                return STATUS_CORRUPT, pos
+            data_pos += group_data_bits(code, qsum, count, bits)
+        elif code <= bits:
             unpack_samples(buf, data_pos, tile, row, col, count, code)
             data_pos += count * code
         else:
             k = code - bits - 1
-            qsum = fields >> code_bits(bits)
             if not decode_rice_group(buf, data_pos, tile, row, col, count, k, qsum, bits):
                 return STATUS_CORRUPT, pos
             data_pos += count * (k + 1) + qsum
@@ -254,11 +284,13 @@ def decode_fast_stream(buf, start, end, tile, bits):
 @device
 def choose_group_code(mapped, first, count, bits):
     """(code, qsum) of the cheapest coding of the non-zero group mapped[first:first+count]:
-    packed at the width of its largest value, or the Rice k whose qsum fits QSUM_BITS;
-    ties go to packing, then to the smaller k."""
+    packed at the width of its largest value, the Rice k whose qsum fits QSUM_BITS, or sparse;
+    ties go to packing, then to the smaller k, then to sparse."""
     largest = 0
+    nonzero = 0
     for col in range(first, first + count):
         largest = max(largest, mapped[col])
+        nonzero += mapped[col] != 0
     best_code = bit_length(largest)
     best_cost = count * best_code
     best_qsum = 0
@@ -269,6 +301,8 @@ def choose_group_code(mapped, first, count, bits):
         cost = count * (k + 1) + qsum
         if qsum < (1 << QSUM_BITS) and cost < best_cost:
             best_code, best_cost, best_qsum = bits + 1 + k, cost, qsum
+    if nonzero * (POSITION_BITS + bits) < best_cost:
+        return SPARSE_CODE, nonzero
     return best_code, best_qsum
 
 
@@ -311,6 +345,14 @@ def encode_fast_row(tile, row, width, bits, out, writer, mapped, codes, qsums):
         first = group * GROUP_SIZE
         last = min(width, first + GROUP_SIZE)
         if code < 0:
+            continue
+        if code == SPARSE_CODE:
+            for col in range(first, last):
+                if mapped[col] != 0:
+                    put_bits(out, writer, col - first, POSITION_BITS)
+            for col in range(first, last):
+                if mapped[col] != 0:
+                    put_bits(out, writer, mapped[col], bits)
             continue
         if code <= bits:
             for col in range(first, last):

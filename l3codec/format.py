@@ -14,9 +14,10 @@ from dataclasses import dataclass
 import numpy as np
 
 MAGIC = b"L3IM"
-VERSION = 2
-# Version 1 differs only in its fast-mode stream (and had no transform 2): its compact files
-# still decode, its fast files are refused with this reason.
+VERSION = 3
+# Every version-2 file is a valid version-3 file (version 3 only gave fast mode's group code 0
+# its sparse meaning). Version 1 differs in its fast-mode stream (and had no transform 2): its
+# compact files still decode, its fast files are refused with this reason.
 FAST_V1_REFUSED = ("fast-mode files of L3 format version 1 are no longer decodable; "
                    "re-encode them from the source")
 
@@ -190,8 +191,8 @@ def parse_header(data) -> tuple:
         raise L3Error(f"truncated: {buf.size} bytes is shorter than the {HEADER_SIZE}-byte header")
     header = buf[:HEADER_SIZE].view(HEADER_DTYPE)[0]
     version = int(header["version"])
-    if version not in (1, VERSION):
-        raise L3Error(f"unsupported L3 version {version} (this decoder reads 1 (compact only) and {VERSION})")
+    if version not in (1, 2, VERSION):
+        raise L3Error(f"unsupported L3 version {version} (this decoder reads 1 (compact only), 2 and {VERSION})")
     if header["header_size"] != HEADER_SIZE:
         raise L3Error(f"header size {header['header_size']} != {HEADER_SIZE}")
     width, height = int(header["width"]), int(header["height"])

@@ -107,7 +107,7 @@ def compact_stream(rows, *, lengths=None, run_index=31, k_nibbles=0, length_bits
     return header + table + pack_bits([bit for row in rows for bit in row]) + tail
 
 
-# Fast v2 (docs/FORMAT.md §7): rows of FAST_WIDTH = 80 samples, so two groups, of 64 and 16.
+# Fast v3 (docs/FORMAT.md §7): rows of FAST_WIDTH = 80 samples, so two groups, of 64 and 16.
 FAST_WIDTH = 80
 
 
@@ -126,6 +126,13 @@ def rice_group(values, k, bits=8, *, qsum=None):
     remainders = [bit for value in values for bit in field(value & ((1 << k) - 1), k)]
     unary = [bit for value in values for bit in [0] * (value >> k) + [1]]
     return bits + 1 + k, sum(value >> k for value in values) if qsum is None else qsum, remainders + unary
+
+
+def sparse_group(positions, values, bits=8, *, size=None):
+    """(code, qsum, data bits) of a sparse group; size overrides the header's sample count."""
+    data = [bit for position in positions for bit in field(position, 6)]
+    data += [bit for value in values for bit in field(value, bits)]
+    return 0, len(positions) if size is None else size, data
 
 
 def fast_row(groups, bits=8) -> list:
@@ -159,6 +166,12 @@ UNARY_SHORT = fast_row([None, rice_group(NOISY, 1, qsum=sum(v >> 1 for v in NOIS
 # the header's qsum says 19: the last code's one bit lies past the unary part
 UNARY_LONG = fast_row([None, rice_group(NOISY, 1, qsum=sum(v >> 1 for v in NOISY) - 1)])
 PACKED_WITH_QSUM = fast_row([(2, 5, packed_group(SMALL, 2)[2]), None])
+# label edges: a few large residuals in otherwise zero groups (the second group holds 16 samples)
+SPARSE = fast_row([sparse_group([0, 5, 63], [200, 1, 255]), sparse_group([15], [9])])
+SPARSE_TOO_MANY = fast_row([None, sparse_group(list(range(16)), [1] * 16, size=17)])
+SPARSE_REPEATED = fast_row([sparse_group([4, 4], [1, 2]), None])
+SPARSE_FALLING = fast_row([sparse_group([9, 3], [1, 2]), None])
+SPARSE_PAST_A_SHORT_GROUP = fast_row([None, sparse_group([16], [1])])
 
 
 def status_cases() -> dict:
@@ -210,6 +223,13 @@ def status_cases() -> dict:
         "fast packed group with a qsum": (fast_stream([PACKED_WITH_QSUM, ZERO_ROW]), 2, header),
         "fast data past the end": (fast_stream(VALID_FAST_ROWS, cut_bits=len(VALID_FAST_ROWS[0]) - 9), 3, size),
         "fast rice value over 8 bits": (fast_stream([VALUE_TOO_LARGE]), 1, corrupt),
+        "fast sparse groups": (fast_stream([ZERO_ROW, SPARSE, VALID_FAST_ROWS[0]]), 3, ok),
+        "fast sparse group larger than its group": (fast_stream([SPARSE_TOO_MANY]), 1, header),
+        "fast sparse position repeated": (fast_stream([SPARSE, SPARSE_REPEATED]), 2, corrupt),
+        "fast sparse positions falling": (fast_stream([SPARSE_FALLING, ZERO_ROW]), 2, corrupt),
+        "fast sparse position past a short group": (fast_stream([SPARSE_PAST_A_SHORT_GROUP]), 1, corrupt),
+        "fast sparse row 0 falling, row 1 past the end": (
+            fast_stream([SPARSE_FALLING, SPARSE], cut_bits=len(SPARSE_FALLING) + 20), 2, corrupt),
         "fast unary part with a bit to spare": (fast_stream([ZERO_ROW, UNARY_SHORT]), 2, corrupt),
         "fast unary part a bit short": (fast_stream([ZERO_ROW, UNARY_LONG]), 2, corrupt),
         "fast bytes after the last row": (fast_stream(VALID_FAST_ROWS, tail=b"\0"), 3, size),
@@ -225,6 +245,8 @@ def status_cases() -> dict:
     }
     cases["fast 16-bit rice k 14"] = (
         fast_stream([fast_row([rice_group([(1 << 16) - 1] + [1 << 14] * 63, 14, 16), None], 16)]), 1, ok, 16)
+    cases["fast 16-bit sparse group"] = (
+        fast_stream([fast_row([sparse_group([1, 62], [(1 << 16) - 1, 40000], 16), None], 16)]), 1, ok, 16)
     cases["fast 16-bit rice value over 16 bits"] = (
         fast_stream([fast_row([rice_group([1 << 16] + [0] * 63, 14, 16), None], 16)]), 1, corrupt, 16)
     files = {}

@@ -19,6 +19,7 @@ from emulation import (
     kernel_library,
 )
 from images import make_image
+from stream_census import fast_census, stream_census
 from l3codec import batch as l3batch
 from l3codec import cpu, fast
 from l3codec import format as fmt
@@ -32,68 +33,6 @@ def _encode(image, mode, tile_width, tile_height=None, transform=None):
     if mode == "fast":
         options["tile_height"] = tile_height or 8
     return l3codec.encode(image, **options)
-
-
-def _stream_census(data) -> dict:
-    """Counts of stream kinds, compact copy rows (zero row lengths) in a file."""
-    parsed = fmt.parse(data)
-    info = parsed.info
-    buf = np.frombuffer(data, np.uint8)
-    census = {"constant": 0, "coded": 0, "raw": 0, "copy_rows": 0}
-    for stream, (start, end) in enumerate(zip(parsed.stream_starts, parsed.stream_ends)):
-        kind = int(buf[start])
-        census[{0: "constant", 1: "coded", 2: "raw"}[kind]] += 1
-        if kind == fmt.KIND_CODED and info.mode == "compact":
-            tile = stream // info.channels
-            h = min(32, info.height - tile // info.tiles_x * 32)
-            length_bits = int(buf[start + 7])
-            table = np.unpackbits(buf[start + 8 : end], bitorder="little")
-            lengths = [
-                int(table[r * length_bits : (r + 1) * length_bits] @ (1 << np.arange(length_bits)))
-                for r in range(h)
-            ]
-            census["copy_rows"] += sum(1 for r in range(1, h) if lengths[r] == 0)
-    return census
-
-
-def _fast_census(data) -> dict:
-    """Counts of what the rows of a file's coded fast streams hold: zero rows (A = 0), unflagged,
-    packed and Rice groups (docs/FORMAT.md §7), and the most data bits of a group, read with fast.py's
-    field helpers."""
-    parsed = fmt.parse(data)
-    info = parsed.info
-    buf = np.frombuffer(data, np.uint8)
-    census = {"zero_rows": 0, "unflagged": 0, "packed": 0, "rice": 0, "group_bits": 0}
-    for stream, (start, end) in enumerate(zip(parsed.stream_starts, parsed.stream_ends)):
-        if buf[start] != fmt.KIND_CODED:
-            continue
-        tile = stream // info.channels
-        h = min(info.tile_height, info.height - tile // info.tiles_x * info.tile_height)
-        w = min(info.tile_width, info.width - tile % info.tiles_x * info.tile_width)
-        pos = (int(start) + 1) * 8
-        for _ in range(h):
-            if not fast.read_bits(buf, pos, 1):
-                census["zero_rows"] += 1
-                pos += 1
-                continue
-            groups = fast.groups_per_row(w)
-            flags = [int(fast.read_bits(buf, pos + 1 + g, 1)) for g in range(groups)]
-            header = pos + 1 + groups
-            pos = header + sum(flags) * fast.header_bits(info.bits)
-            for g, flag in enumerate(flags):
-                if not flag:
-                    census["unflagged"] += 1
-                    continue
-                fields = int(fast.read_bits(buf, header, fast.header_bits(info.bits)))
-                header += fast.header_bits(info.bits)
-                code_bits = fast.code_bits(info.bits)
-                code, qsum = fields & ((1 << code_bits) - 1), fields >> code_bits
-                census["packed" if code <= info.bits else "rice"] += 1
-                count = min(fast.GROUP_SIZE, w - g * fast.GROUP_SIZE)
-                bits = int(fast.group_data_bits(code, qsum, count, info.bits))
-                census["group_bits"] = max(census["group_bits"], bits)
-                pos += bits
-    return census
 
 
 def _assert_matches_cpu(files, regions=None, orders=ORDERS):
@@ -129,13 +68,13 @@ def test_matches_cpu_decoder(mode, dtype, channels):
         image[:, 64:] = image[:1, 64:65]
         files.append(_encode(image, mode, 144, 8))
     census = {
-        key: sum(_stream_census(f)[key] for f in files) for key in ("constant", "coded", "raw", "copy_rows")
+        key: sum(stream_census(f)[key] for f in files) for key in ("constant", "coded", "raw", "copy_rows")
     }
     assert census["constant"] and census["coded"] and census["raw"], census
     if mode == "compact":
         assert census["copy_rows"], census
     else:
-        groups = {key: sum(_fast_census(f)[key] for f in files)
+        groups = {key: sum(fast_census(f)[key] for f in files)
                   for key in ("zero_rows", "unflagged", "packed", "rice")}
         assert all(groups.values()), groups
     _assert_matches_cpu(files)
@@ -166,10 +105,10 @@ def test_wide_tiles_are_written_in_strips_and_bands():
     assert cuda_c.fast_ring_rows(4, 256, 64, 2) < 64  # several bands per tile
     assert cuda_c.shared_memory_bytes(fast) <= cuda_c.DEFAULT_SHARED_LIMIT
     _assert_matches_cpu(files, orders=("forward",))
-    assert _stream_census(files[3])["raw"] == 4
+    assert stream_census(files[3])["raw"] == 4
     # the widest fast tile: 4096 // fast.GROUP_SIZE groups, with Rice groups among them
     widest = [_encode(make_image("smooth_noise", 3, 4100, 1, np.uint8, 5), "fast", 4096, 8)]
-    assert _fast_census(widest[0])["rice"]
+    assert fast_census(widest[0])["rice"]
     _assert_matches_cpu(widest, orders=("shuffled",))
     _assert_matches_cpu(
         files, [(3, 130, 30, 140), (0, 140, 35, 60), (17, 5, 50, 250), (1, 2, 38, 250)], orders=("reversed",)
@@ -182,7 +121,7 @@ def test_fast_groups_over_32_words():
     image = np.full((8, 256), 1000, np.uint16)
     image[:, 64:128] = np.random.default_rng(11).integers(0, 65536, (8, 64), dtype=np.uint16)
     data = _encode(image, "fast", 256, 8)
-    census = _fast_census(data)
+    census = fast_census(data)
     assert census["group_bits"] >= 1024 and census["unflagged"], census
     _assert_matches_cpu([data])
 

@@ -7,10 +7,12 @@ import pytest
 
 import l3codec
 from l3codec import format as fmt
+from stream_census import fast_census
 
 GOLDEN = pathlib.Path(__file__).parent / "golden"
 NAMES = sorted(path.stem for path in GOLDEN.glob("*.l3"))
 VERSION1 = GOLDEN / "v1"  # files written by format version 1, kept as they were
+VERSION2 = GOLDEN / "v2"  # and by version 2
 
 
 def _stored_version(data):
@@ -53,6 +55,23 @@ def test_golden_files_cover_both_modes_and_transform_2():
     assert {("compact", "rg-mean"), ("fast", "rg-mean")} <= {(info.mode, info.transform) for info in infos}
 
 
+@pytest.mark.parametrize("name", ["labels8_fast", "labels16_fast"])
+def test_golden_fast_labels_hold_sparse_groups(name):
+    census = fast_census((GOLDEN / f"{name}.l3").read_bytes())
+    assert census["sparse"] and census["unflagged"], census
+
+
+@pytest.mark.parametrize("name", sorted(path.stem for path in VERSION2.glob("*.l3")))
+def test_version2_files_still_decode(name):
+    """Version 3 gave a meaning to a group code version 2 never wrote: version-2 files decode unchanged."""
+    from l3codec import batch
+
+    data = (VERSION2 / f"{name}.l3").read_bytes()
+    assert _stored_version(data) == 2 and l3codec.info(data).version == 2
+    np.testing.assert_array_equal(l3codec.decode(data), np.load(VERSION2 / f"{name}.npy"))
+    assert batch.plan_item(data).info.version == 2
+
+
 @pytest.mark.parametrize("name", ["rgb8_compact", "labels16_compact"])
 def test_version1_compact_files_still_decode(name):
     from l3codec import batch
@@ -64,13 +83,13 @@ def test_version1_compact_files_still_decode(name):
 
 
 @pytest.mark.parametrize("name", ["rgb8_compact", "labels16_compact"])
-def test_version1_compact_streams_are_what_version2_writes(name):
+def test_version1_compact_streams_are_what_today_writes(name):
     """The compact bitstream did not change: only the header's version (and its checksum) did."""
     old = (VERSION1 / f"{name}.l3").read_bytes()
     info = l3codec.info(old)
     new = l3codec.encode(np.load(VERSION1 / f"{name}.npy"), mode="compact", tile_width=info.tile_width,
                          transform=info.transform)
-    assert _stored_version(new) == 2
+    assert _stored_version(new) == l3codec.VERSION
     offset = fmt.HEADER_DTYPE.fields["width"][1]
     assert len(new) == len(old) and new[offset:fmt.HEADER_CRC_OFFSET] == old[offset:fmt.HEADER_CRC_OFFSET]
     assert new[fmt.HEADER_SIZE:] == old[fmt.HEADER_SIZE:]

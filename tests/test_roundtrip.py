@@ -121,6 +121,8 @@ def _cheapest_code(values, bits):
         qsum = sum(value >> k for value in values)
         if qsum < 2 ** fast.QSUM_BITS:
             options.append((count * (k + 1) + qsum, 1, bits + 1 + k, qsum))
+    nonzero = sum(value != 0 for value in values)
+    options.append((nonzero * (fast.POSITION_BITS + bits), 2, fast.SPARSE_CODE, nonzero))
     cost, _, code, qsum = min(options)
     return code, qsum
 
@@ -128,6 +130,7 @@ def _cheapest_code(values, bits):
 @pytest.mark.parametrize("bits", [8, 16])
 def test_fast_encoder_takes_the_cheapest_group_code(bits):
     rng = np.random.default_rng(bits)
+    kinds = set()
     for trial in range(300):
         count = int(rng.integers(1, fast.GROUP_SIZE + 1))
         scale = 2.0 ** rng.uniform(0, bits - 1)
@@ -135,7 +138,13 @@ def test_fast_encoder_takes_the_cheapest_group_code(bits):
         values[int(rng.integers(count))] = max(1, values.max())
         if rng.random() < 0.2:
             values[int(rng.integers(count))] = 2**bits - 1  # an outlier
-        assert fast.choose_group_code(values, 0, count, bits) == _cheapest_code(values.tolist(), bits)
+        if rng.random() < 0.3:  # a label edge: a few large values among zeros
+            values[rng.random(count) < 0.9] = 0
+            values[int(rng.integers(count))] = int(rng.integers(1, 2**bits))
+        code, qsum = fast.choose_group_code(values, 0, count, bits)
+        assert (code, qsum) == _cheapest_code(values.tolist(), bits)
+        kinds.add("sparse" if code == fast.SPARSE_CODE else "packed" if code <= bits else "rice")
+    assert kinds == {"sparse", "packed", "rice"}  # the trials reach every kind of code
 
 
 def test_region_decodes_only_intersecting_tiles():

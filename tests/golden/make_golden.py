@@ -2,9 +2,9 @@
 
     python tests/golden/make_golden.py
 
-Each case writes NAME.l3 and NAME.npy (the expected pixels). tests/golden/v1/ keeps files of
-format version 1 as they were written then (never regenerated): compact ones must still decode,
-fast ones must be refused.
+Each case writes NAME.l3 and NAME.npy (the expected pixels). tests/golden/v1/ and v2/ keep files of
+format versions 1 and 2 as they were written then (never regenerated): version-1 compact files and
+every version-2 file must still decode, version-1 fast files must be refused.
 """
 
 import pathlib
@@ -31,6 +31,7 @@ CASES = {
     "rgb8_compact_rg_mean": ("smooth_noise", 40, 70, 3, np.uint8, {"mode": "compact", "tile_width": 48,
                                                                     "transform": "rg-mean"}),
     "labels8_fast": ("labels", 64, 25, 1, np.uint8, {"mode": "fast", "tile_width": 256, "tile_height": 32}),
+    "labels16_fast": ("labels", 40, 9, 1, np.uint16, {"mode": "fast", "tile_width": 144, "tile_height": 16}),
     "gray16_fast": ("smooth_noise", 9, 70, 1, np.uint16, {"mode": "fast", "tile_width": 80, "tile_height": 8}),
     "rgb16_fast": ("smooth_noise", 19, 50, 3, np.uint16, {"mode": "fast", "tile_width": 32, "tile_height": 16}),
     "labels8_compact": ("labels", 64, 80, 1, np.uint8, {"mode": "compact", "tile_width": 64}),
@@ -39,7 +40,7 @@ CASES = {
     "one_pixel_fast": ("extremes", 1, 1, 3, np.uint16, {"mode": "fast"}),
 }
 # columns repeated, so that label regions span whole fast groups (zero groups between edges)
-WIDENED = {"labels8_fast": 16}
+WIDENED = {"labels8_fast": 16, "labels16_fast": 16}
 
 
 def main():

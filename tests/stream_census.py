@@ -1,0 +1,69 @@
+"""What a file's streams hold, read with the codec's own field helpers: for tests that must know
+their data reaches a path (stream kinds, compact copied rows, fast group codes)."""
+
+import numpy as np
+
+from l3codec import fast
+from l3codec import format as fmt
+
+
+def stream_census(data) -> dict:
+    """Counts of stream kinds, compact copy rows (zero row lengths) in a file."""
+    parsed = fmt.parse(data)
+    info = parsed.info
+    buf = np.frombuffer(data, np.uint8)
+    census = {"constant": 0, "coded": 0, "raw": 0, "copy_rows": 0}
+    for stream, (start, end) in enumerate(zip(parsed.stream_starts, parsed.stream_ends)):
+        kind = int(buf[start])
+        census[{0: "constant", 1: "coded", 2: "raw"}[kind]] += 1
+        if kind == fmt.KIND_CODED and info.mode == "compact":
+            tile = stream // info.channels
+            h = min(32, info.height - tile // info.tiles_x * 32)
+            length_bits = int(buf[start + 7])
+            table = np.unpackbits(buf[start + 8 : end], bitorder="little")
+            lengths = [
+                int(table[r * length_bits : (r + 1) * length_bits] @ (1 << np.arange(length_bits)))
+                for r in range(h)
+            ]
+            census["copy_rows"] += sum(1 for r in range(1, h) if lengths[r] == 0)
+    return census
+
+
+def fast_census(data) -> dict:
+    """Counts of what the rows of a file's coded fast streams hold: zero rows (A = 0), unflagged,
+    sparse, packed and Rice groups (docs/FORMAT.md §7), and the most data bits of a group, read with fast.py's
+    field helpers."""
+    parsed = fmt.parse(data)
+    info = parsed.info
+    buf = np.frombuffer(data, np.uint8)
+    census = {"zero_rows": 0, "unflagged": 0, "sparse": 0, "packed": 0, "rice": 0, "group_bits": 0}
+    for stream, (start, end) in enumerate(zip(parsed.stream_starts, parsed.stream_ends)):
+        if buf[start] != fmt.KIND_CODED:
+            continue
+        tile = stream // info.channels
+        h = min(info.tile_height, info.height - tile // info.tiles_x * info.tile_height)
+        w = min(info.tile_width, info.width - tile % info.tiles_x * info.tile_width)
+        pos = (int(start) + 1) * 8
+        for _ in range(h):
+            if not fast.read_bits(buf, pos, 1):
+                census["zero_rows"] += 1
+                pos += 1
+                continue
+            groups = fast.groups_per_row(w)
+            flags = [int(fast.read_bits(buf, pos + 1 + g, 1)) for g in range(groups)]
+            header = pos + 1 + groups
+            pos = header + sum(flags) * fast.header_bits(info.bits)
+            for g, flag in enumerate(flags):
+                if not flag:
+                    census["unflagged"] += 1
+                    continue
+                fields = int(fast.read_bits(buf, header, fast.header_bits(info.bits)))
+                header += fast.header_bits(info.bits)
+                code_bits = fast.code_bits(info.bits)
+                code, qsum = fields & ((1 << code_bits) - 1), fields >> code_bits
+                census["sparse" if code == fast.SPARSE_CODE else "packed" if code <= info.bits else "rice"] += 1
+                count = min(fast.GROUP_SIZE, w - g * fast.GROUP_SIZE)
+                bits = int(fast.group_data_bits(code, qsum, count, info.bits))
+                census["group_bits"] = max(census["group_bits"], bits)
+                pos += bits
+    return census
