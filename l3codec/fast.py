@@ -6,8 +6,7 @@ of a phase decode in parallel. A row's mapped residuals are cut into groups of G
 the row starts with one bit (any residual non-zero?), then one flag per group (non-zero?),
 then a header per flagged group (a code: sparse, packed width or Rice parameter; and a count:
 the group's non-zero samples if sparse, else the sum of its Rice quotients), then the flagged
-groups' data. Every group's bit offset follows from
-the headers alone, by a prefix sum. docs/FORMAT.md §7 is the specification.
+groups' data. Every group's bit offset follows from the headers alone, by a prefix sum. docs/FORMAT.md §7 is the specification.
 """
 
 import numpy as np
