@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import pathlib
 import re
 import shutil
@@ -87,7 +88,7 @@ def compact_schedule(info: fmt.Info) -> tuple:
 
 
 def fast_schedule(info: fmt.Info, threads: int) -> tuple:
-    """(busy, issued, block steps) of the CUDA C fast kernel (kernels/fast.cu, format version 2): per
+    """(busy, issued, block steps) of the CUDA C fast kernel (kernels/fast.cu, format version 3): per
     row the head (the warps holding groups read the A bit, flags and headers, a lane per group), the
     unpack (a warp per group, each lane two samples; a Rice group's unary part ranked by its warp,
     counted as part of it), then the prediction (a thread per period of fast.PERIOD columns, every
@@ -510,7 +511,11 @@ def sass_per_sample_report(frames: list, sass_lines: dict, out) -> None:
         top = sorted(cost.items(), key=lambda item: -item[1])[:5]
         described = ", ".join(" < ".join(f"{name}:{number}" for name, number in k[:2]) + f" {c / samples:.2f}"
                               for k, c in top)
-        print(f"| {mode} | {len(frames)} | {sum(cost.values()) / samples:.1f} | {write_out / samples:.1f} | "
+        if os.environ.get("L3_SASS_LINES"):  # every priced line, for a closer look
+            for key, c in sorted(cost.items(), key=lambda item: -item[1]):
+                print(mode, " < ".join(f"{name}:{number}" for name, number in key[:3]), f"{c / samples:.3f}",
+                      file=sys.stderr)
+        print(f"| {mode} | {len(frames)} | {sum(cost.values()) / samples:.2f} | {write_out / samples:.2f} | "
               f"{unmatched / max(sum(sass.values()), 1):.0%} | {described} |", file=out)
 
 

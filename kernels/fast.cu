@@ -1,4 +1,4 @@
-// `fast` mode GPU decoder (format version 2, l3codec/fast.py, docs/FORMAT.md §7): one block of
+// `fast` mode GPU decoder (format version 3, l3codec/fast.py, docs/FORMAT.md §7): one block of
 // FAST_THREADS threads per tile, the channels and rows of the tile in order, every row decoded
 // in parallel.
 //
@@ -9,7 +9,8 @@
 // headers, placed by counting the flags; a warp scan of the group lengths places the data (the
 // groups of later warps add the earlier warps' totals). Then a warp per group: one load for the
 // group's fields and, for a Rice group, the unary part after them; lane i decodes samples 2i and
-// 2i + 1 (adjacent fields, one 32-bit window). The warp ranks the unary part's ones with popcounts
+// 2i + 1 (adjacent fields, one 32-bit window); a sparse group's lanes scatter its listed samples
+// into a per-warp table (one_at, zeroed first) and read their two back. The warp ranks the unary part's ones with popcounts
 // into a per-warp table (one_at[rank] = position), so sample i's quotient is
 // one_at[i] - one_at[i - 1] - 1. Row 0 is a delta along the row (warp 0, a warp scan of the
 // residuals, exact modulo 2**bits). Later rows: phase 0 (columns c % FAST_PERIOD == 0, from N) as the
@@ -30,6 +31,8 @@ namespace l3 {
 enum : int {  // fast.py (tests/test_cuda_c.py checks them)
     FAST_GROUP_SIZE = 64,
     FAST_QSUM_BITS = 7,
+    FAST_SPARSE_CODE = 0,
+    FAST_POSITION_BITS = 6,
     FAST_PHASES = 4,
 };
 
@@ -42,11 +45,14 @@ enum : int {
 static_assert(FAST_THREADS % FAST_GROUP_SIZE == 0, "a chunk of columns holds whole groups");
 static_assert(FAST_ROW_GROUPS <= FAST_THREADS, "a thread per group of the widest row");
 static_assert(FAST_GROUP_SIZE + (1 << FAST_QSUM_BITS) <= 65536, "one_at holds a unary part's positions");
-// the longest row: 4096 samples of MAX_K + 1 <= 15 bits plus every group's qsum
-static_assert((4096LL * 15 + FAST_ROW_GROUPS * (1 << FAST_QSUM_BITS)) < (1LL << (32 - FAST_OFFSET_SHIFT)),
+// the longest row: every group's header at its longest, a sparse group's whole count field of 16-bit
+// entries (a Rice group holds at most 64 * 15 + 127 bits)
+static_assert(FAST_ROW_GROUPS * ((1LL << FAST_QSUM_BITS) - 1) * (FAST_POSITION_BITS + 16) <
+                  (1LL << (32 - FAST_OFFSET_SHIFT)),
               "a row's data offsets fit a group's table entry");
+static_assert(1 << FAST_POSITION_BITS == FAST_GROUP_SIZE, "a sparse position addresses its group");
 
-// fast.code_bits: a header's code, packed widths 0..bits then Rice parameters 0..fast.max_rice_k(bits) =
+// fast.code_bits: a header's code, sparse (0), packed widths 1..bits then Rice parameters 0..fast.max_rice_k(bits) =
 // bits - 2, fills its field, so every code is legal
 template <int BITS>
 L3_DEVICE constexpr int fast_code_bits() { return BITS == 8 ? 4 : 5; }
@@ -68,7 +74,8 @@ struct FastShared {
     // per group of the current row: (data bit offset << FAST_OFFSET_SHIFT) | (qsum << FAST_CODE_SHIFT) | code,
     // the offset from the data of the group's warp (groups 32.. add scan[0]); 0 for an unflagged group
     unsigned group[FAST_ROW_GROUPS];
-    // per warp: the positions of its Rice group's ones in the unary part, by rank
+    // per warp: the positions of its Rice group's ones in the unary part, by rank; or its sparse
+    // group's samples
     unsigned short one_at[FAST_THREADS / 32][FAST_GROUP_SIZE];
 };
 static_assert(sizeof(FastShared) <= FAST_FIXED_BYTES && FAST_FIXED_BYTES - sizeof(FastShared) < 16,
@@ -176,7 +183,10 @@ L3_DEVICE void decode_fast_row(const unsigned char* __restrict__ data, FastShare
             const int code = (int)(fields & ((1u << code_bits) - 1));
             const int qsum = (int)((fields >> code_bits) & ((1u << FAST_QSUM_BITS) - 1));
             const int n = min_of((int)FAST_GROUP_SIZE, w - tid * FAST_GROUP_SIZE);
-            if (code <= BITS) {  // packed, code bits per sample; qsum unused
+            if (code == FAST_SPARSE_CODE) {  // qsum listed samples, each a position and a value
+                bad = qsum > n;
+                length = qsum * (FAST_POSITION_BITS + BITS);
+            } else if (code <= BITS) {  // packed, code bits per sample; qsum unused
                 bad = qsum != 0;
                 length = n * code;
             } else {  // Rice: n remainders of k bits, n ones and qsum zeros of unary
@@ -209,13 +219,18 @@ L3_DEVICE void decode_fast_row(const unsigned char* __restrict__ data, FastShare
         const int qsum = (int)((entry >> FAST_CODE_SHIFT) & ((1u << FAST_QSUM_BITS) - 1));
         const int n = min_of((int)FAST_GROUP_SIZE, w - g * FAST_GROUP_SIZE);
         const bool rice = code > BITS;
-        const int width = rice ? code - BITS - 1 : code;  // a packed field, or a Rice remainder (k bits)
+        // a packed field, or a Rice remainder (k bits); a sparse group's fields are read below
+        const int width = rice ? code - BITS - 1 : code;
+        // a sparse group's listed samples (an unflagged group: none); more than n is a bad header
+        const int listed = min_of(qsum, n);
+        const bool sparse = code == FAST_SPARSE_CODE;
         const long long first = row_data + (entry >> FAST_OFFSET_SHIFT) + (g >= 32 ? low_warp_bits : 0);
         const int unary_at = (int)(first & 31) + n * width;  // bit offsets from first & ~31
         const int unary_bits = rice ? n + qsum : 0;
+        const int data_bits = sparse ? listed * (FAST_POSITION_BITS + BITS) : n * width + unary_bits;
         unsigned word = 0, word2 = 0;
-        if (code != 0) {  // warp-uniform
-            const long long end = first + n * width + unary_bits;
+        if (data_bits != 0) {  // warp-uniform
+            const long long end = first + data_bits;
             word = warp_load_words(data, size, first, end, lane);
             if (BITS == 16) word2 = warp_load_words(data, size, ((first >> 5) + 32) << 5, end, lane);
         }
@@ -247,6 +262,29 @@ L3_DEVICE void decode_fast_row(const unsigned char* __restrict__ data, FastShare
                 }
             }
             __syncwarp();  // one_at is read before the warp's next group files it
+        } else if (sparse && listed != 0) {  // warp-uniform; fast.sparse_entry's checks
+            one_at[sample] = 0;
+            one_at[sample + 1] = 0;
+            __syncwarp();  // the group is zero
+            const int positions_at = (int)(first & 31), values_at = positions_at + listed * FAST_POSITION_BITS;
+            int previous = -1;  // the position of the entry before this lane's (entry 31's for entry 32)
+#pragma unroll 1
+            for (int j = lane; j - lane < listed; j += 32) {  // warp-uniform: entry j's position and value
+                const int position =
+                    (int)(group_bits<BITS>(word, word2, positions_at + j * FAST_POSITION_BITS) & (FAST_GROUP_SIZE - 1));
+                const int value = (int)(group_bits<BITS>(word, word2, values_at + j * BITS) & mask);
+                const int up = __shfl_up_sync(L3_FULL_MASK, position, 1);
+                if (lane > 0) previous = up;
+                if (j < listed) {
+                    corrupt |= (unsigned)!(previous < position && position < n);
+                    one_at[position] = (unsigned short)value;
+                }
+                previous = __shfl_sync(L3_FULL_MASK, position, 31);  // lane 0's, for entry 32
+            }
+            __syncwarp();  // the listed samples are in place
+            mapped0 = one_at[sample];
+            mapped1 = one_at[sample + 1];
+            __syncwarp();  // one_at is read before the warp's next group uses it
         }
         if (sample < n) {
             // phase 0 (columns c % FAST_PERIOD == 0, predicted by N alone) right away; others keep m

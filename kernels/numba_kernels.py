@@ -53,6 +53,8 @@ compact_row_length = _dev.compact_row_length
 code_bits = _dev.code_bits
 header_bits = _dev.header_bits
 group_data_bits = _dev.group_data_bits
+group_header_sound = _dev.group_header_sound
+sparse_entry = _dev.sparse_entry
 groups_per_row = _dev.groups_per_row
 predict_between = _dev.predict_between
 unzigzag = _dev.unzigzag
@@ -98,6 +100,7 @@ S_POS = compact.S_POS
 S_MAPPED = compact.S_MAPPED
 S_ERROR = compact.S_ERROR
 GROUP_SIZE = fast.GROUP_SIZE
+SPARSE_CODE = fast.SPARSE_CODE
 PHASES = fast.PHASES
 PERIOD = fast.PERIOD
 
@@ -337,7 +340,7 @@ def decode_compact(data, stream_starts, stream_ends, items, tasks, out, status):
 def row_headers(buf, pos, end_bit, width, bits, group_starts, group_codes, row_state):
     """One thread's pass over a fast row's A bit, flags and headers (fast.decode_fast_row's checks, in
     its order, up to the row's end): group_starts/group_codes get each group's data bit position and
-    code | qsum << 8 (0, packed at width 0, for an unflagged group); row_state gets the status of these
+    code | qsum << 8 (0, a sparse group of no samples, for an unflagged group); row_state gets the status of these
     checks and the bit after the row."""
     row_state[0] = STATUS_OK
     row_state[1] = pos + 1
@@ -364,12 +367,13 @@ def row_headers(buf, pos, end_bit, width, bits, group_starts, group_codes, row_s
             header += header_bits(bits)
             code = fields & ((1 << code_bits(bits)) - 1)
             qsum = fields >> code_bits(bits)
-            if code <= bits and qsum != 0:
+            count = min(GROUP_SIZE, width - group * GROUP_SIZE)
+            if not group_header_sound(code, qsum, count, bits):
                 row_state[0] = STATUS_BAD_HEADER
                 return
             group_codes[group] = code | (qsum << 8)
             group_starts[group] = data_pos
-            data_pos += group_data_bits(code, qsum, min(GROUP_SIZE, width - group * GROUP_SIZE), bits)
+            data_pos += group_data_bits(code, qsum, count, bits)
     if data_pos > end_bit:
         row_state[0] = STATUS_BAD_SIZE
         return
@@ -475,7 +479,9 @@ def decode_fast(data, stream_starts, stream_ends, items, tasks, ring_rows, out, 
                         code = group_codes[group] & 255
                         qsum = group_codes[group] >> 8
                         pos = group_starts[group]
-                        if code <= bits:
+                        if code == SPARSE_CODE:
+                            mapped = 0  # its listed samples are scattered below
+                        elif code <= bits:
                             mapped = read_bits(buf, pos + lane * code, code)
                         else:
                             k = code - bits - 1
@@ -485,6 +491,19 @@ def decode_fast(data, stream_starts, stream_ends, items, tasks, ring_rows, out, 
                             if not sound or mapped >> bits != 0:
                                 corrupt = 1
                         stage[staged(channel, row, col, ring_rows, tile_width)] = mapped & mask
+                cuda.syncthreads()  # sparse groups' zeros are in place
+                if row_status == STATUS_OK:
+                    for col in range(thread, w, threads):  # entry `lane` of a sparse group
+                        group = col // GROUP_SIZE
+                        lane = col - group * GROUP_SIZE
+                        size = group_codes[group] >> 8
+                        if group_codes[group] & 255 == SPARSE_CODE and lane < size:
+                            count = min(GROUP_SIZE, w - group * GROUP_SIZE)
+                            position, value, sound = sparse_entry(buf, group_starts[group], size, lane, count, bits)
+                            if sound:
+                                stage[staged(channel, row, group * GROUP_SIZE + position, ring_rows, tile_width)] = value
+                            else:
+                                corrupt = 1
                 corrupt = cuda.syncthreads_or(corrupt)  # and every thread has read row_state
                 if row_status == STATUS_OK and corrupt == 0:
                     unpredict_row(stage, channel, row, w, ring_rows, tile_width, bits, scan_scratch, thread, threads)

@@ -181,19 +181,37 @@ def decode_rice_group(buf, pos, tile, row, col, count, k, qsum, bits):
 
 
 @device
+def group_header_sound(code, qsum, count, bits):
+    """False for a header no stream may hold (docs/FORMAT.md §7.2 check 3): a packed group with
+    quotients, or a sparse group listing more samples than its count."""
+    if code == SPARSE_CODE:
+        return qsum <= count
+    return code > bits or qsum == 0
+
+
+@device
+def sparse_entry(buf, pos, size, index, count, bits):
+    """(position, value, sound) of entry index of the sparse group at pos with size entries and count
+    samples: sound unless its position is not above the entry before's or not below count."""
+    position = read_bits(buf, pos + index * POSITION_BITS, POSITION_BITS)
+    previous = np.int64(-1)
+    if index > 0:
+        previous = read_bits(buf, pos + (index - 1) * POSITION_BITS, POSITION_BITS)
+    value = read_bits(buf, pos + size * POSITION_BITS + index * bits, bits)
+    return position, value, previous < position and position < count
+
+
+@device
 def decode_sparse_group(buf, pos, tile, row, col, count, size, bits):
     """Decode a sparse group at pos (size positions, then size values) into tile[row, col:col+count].
     False unless its positions rise strictly and lie below count."""
     for c in range(col, col + count):
         tile[row, c] = 0
-    values = pos + size * POSITION_BITS
-    previous = np.int64(-1)
-    for i in range(size):
-        position = read_bits(buf, pos + i * POSITION_BITS, POSITION_BITS)
-        if position <= previous or position >= count:
+    for index in range(size):
+        position, value, sound = sparse_entry(buf, pos, size, index, count, bits)
+        if not sound:
             return False
-        previous = position
-        tile[row, col + position] = read_bits(buf, values + i * bits, bits)
+        tile[row, col + position] = value
     return True
 
 
@@ -226,10 +244,7 @@ def decode_fast_row(buf, pos, end_bit, tile, row, width, bits):
             code = fields & field_mask
             qsum = fields >> code_bits(bits)
             count = min(GROUP_SIZE, width - group * GROUP_SIZE)
-            if code == SPARSE_CODE:
-                if qsum > count:  # more non-zero samples than the group holds
-                    return STATUS_BAD_HEADER, pos
-            elif code <= bits and qsum != 0:  # every code is legal; a packed group has no quotients
+            if not group_header_sound(code, qsum, count, bits):
                 return STATUS_BAD_HEADER, pos
             row_end += group_data_bits(code, qsum, count, bits)
             header += size_of_header

@@ -17,6 +17,7 @@ IMAGES = [
     ("constant", 3, 5, 4, np.uint8, "fast", 16, 8, "none"),
     ("smooth_noise", 4, 150, 3, np.uint8, "fast", 144, 8, "rg-mean"),
     ("extremes", 1, 1, 1, np.uint8, "compact", 16, 32, "none"),
+    ("labels", 9, 17, 1, np.uint16, "fast", 16, 8, "none"),  # 16-bit sparse groups
 ]
 
 

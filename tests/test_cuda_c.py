@@ -75,7 +75,7 @@ def test_matches_cpu_decoder(mode, dtype, channels):
         assert census["copy_rows"], census
     else:
         groups = {key: sum(fast_census(f)[key] for f in files)
-                  for key in ("zero_rows", "unflagged", "packed", "rice")}
+                  for key in ("zero_rows", "unflagged", "sparse", "packed", "rice")}
         assert all(groups.values()), groups
     _assert_matches_cpu(files)
 
@@ -522,11 +522,12 @@ def test_kernel_constants_match_the_python_codec():
     }
     assert len(python) >= 18
     assert {name: constants[name] for name in python} == python
-    # fast.cu's own enumerators: the fast v2 constants of fast.py, and the widest tile of format.py
+    # fast.cu's own enumerators: the fast constants of fast.py, and the widest tile of format.py
     text = (cuda_c.KERNEL_DIR / "fast.cu").read_text()
     block = re.search(r"enum : int \{  // fast\.py.*?\}", text, re.S).group(0)
     fast_cu = {name: int(value) for name, value in re.findall(r"\b(FAST_[A-Z_]+) = (\d+),", block)}
     assert fast_cu == {"FAST_GROUP_SIZE": fast.GROUP_SIZE, "FAST_QSUM_BITS": fast.QSUM_BITS,
+                       "FAST_SPARSE_CODE": fast.SPARSE_CODE, "FAST_POSITION_BITS": fast.POSITION_BITS,
                        "FAST_PHASES": fast.PHASES}
     assert "FAST_ROW_GROUPS = 4096 / FAST_GROUP_SIZE" in text and fmt.MAX_TILE_WIDTH == 4096
     assert (cuda_c.COMPACT_HEADER_SHARED_BYTES, cuda_c.FAST_THREADS) == (

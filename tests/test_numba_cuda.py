@@ -12,6 +12,7 @@ import pytest
 import l3codec
 from corruption import status_cases
 from gpu_cases import crop_regions, encoded_images
+from stream_census import fast_census
 
 TESTS = pathlib.Path(__file__).parent
 
@@ -24,6 +25,17 @@ def simulated():
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
     return json.loads(completed.stdout)
+
+
+def test_gpu_cases_reach_every_fast_group_code():
+    """The shared GPU batch holds packed, Rice and sparse groups at both sample depths."""
+    reached = set()
+    for data in encoded_images()[1]:
+        info = l3codec.info(data)
+        if info.mode == "fast":
+            census = fast_census(data)
+            reached |= {(kind, info.bits) for kind in ("sparse", "packed", "rice") if census[kind]}
+    assert reached == {(kind, bits) for kind in ("sparse", "packed", "rice") for bits in (8, 16)}, reached
 
 
 def test_simulated_mixed_batch_matches_cpu_decoder(simulated):
