@@ -25,6 +25,7 @@ SPARSE_CODE = 0  # code of a sparse group (format version 3; version 2 allowed i
 POSITION_BITS = 6  # a sparse sample's column within its group: GROUP_SIZE == 2**POSITION_BITS
 PHASES = 4  # prediction phases of rows >= 1
 PERIOD = 1 << (PHASES - 1)  # phase 0 takes every PERIOD-th column from the row above
+UNARY_CHUNK = 48  # bits of a Rice group's unary part the CPU decoder takes per window (<= PEEK_BITS)
 
 
 @device
@@ -88,38 +89,54 @@ def predict(tile, row, col, width, bits):
 
 
 @device
-def unpredict_row(tile, row, width, bits):
-    """Turn row's mapped residuals (in tile) into samples, phase by phase."""
+def unpredicted(left, right, up, upleft, upright, residual, mask):
+    """The sample whose prediction from these neighbours is off by the mapped residual."""
+    return (predict_between(np.int64(left), np.int64(right), np.int64(up), np.int64(upleft), np.int64(upright))
+            + unzigzag(np.int64(residual))) & mask
+
+
+@device
+def slot(col):
+    """Where unpredict_row keeps column col of a row: [col % PERIOD, col // PERIOD]."""
+    return col & (PERIOD - 1), col >> (PHASES - 1)
+
+
+@device
+def unpredict_row(residuals, current, above, row, width, bits):
+    """The samples of a row (into current) from its mapped residuals, phase by phase; above holds
+    the samples of the row before. Both hold a row transposed, column col at slot(col), so that a
+    phase's loop over the periods of the row reads and writes consecutive samples: it vectorizes
+    (unpredict_row 10.5 -> 7.2 ms per 2048x1024 RGB frame)."""
     mask = (np.int64(1) << bits) - 1
-    current = tile[row]
     if row == 0:
         value = np.int64(1) << (bits - 1)
         for col in range(width):
-            value = (value + unzigzag(np.int64(current[col]))) & mask
-            current[col] = value
+            value = (value + unzigzag(np.int64(residuals[col]))) & mask
+            current[slot(col)] = value
         return
-    above = tile[row - 1]
-    current[0] = (np.int64(above[0]) + unzigzag(np.int64(current[0]))) & mask
-    # One pass, a period at a time: its right phase-0 column, then its phases in order. Every
-    # period but the last has that column, so its samples all have right neighbours.
-    periods = (width - 1) // PERIOD
-    for period in range(periods):
-        first = period * PERIOD
-        anchor = first + PERIOD
-        current[anchor] = (np.int64(above[anchor]) + unzigzag(np.int64(current[anchor]))) & mask
-        distance = PERIOD >> 1
-        while distance >= 1:
-            for col in range(first + distance, anchor, 2 * distance):
-                prediction = predict_between(np.int64(current[col - distance]), np.int64(current[col + distance]),
-                                             np.int64(above[col]), np.int64(above[col - distance]),
-                                             np.int64(above[col + distance]))
-                current[col] = (prediction + unzigzag(np.int64(current[col]))) & mask
-            distance >>= 1
+    for j in range(current.shape[1]):  # phase 0: every PERIOD-th column, from the row above
+        current[0, j] = (np.int64(above[0, j]) + unzigzag(np.int64(residuals[j * PERIOD]))) & mask
+    periods = (width - 1) // PERIOD  # the periods whose right phase-0 column is in the row
+    distance = PERIOD >> 1
+    while distance >= 1:
+        for phase_col in range(distance, PERIOD, 2 * distance):
+            left = phase_col - distance
+            right = (phase_col + distance) & (PERIOD - 1)
+            step = (phase_col + distance) >> (PHASES - 1)  # 1 where the right neighbour is the next period's
+            for j in range(periods):
+                current[phase_col, j] = unpredicted(
+                    current[left, j], current[right, j + step], above[phase_col, j], above[left, j],
+                    above[right, j + step], residuals[j * PERIOD + phase_col], mask)
+        distance >>= 1
     last = periods * PERIOD  # the last period, maybe cut short by the row's end
     distance = PERIOD >> 1
     while distance >= 1:
         for col in range(last + distance, width, 2 * distance):
-            current[col] = (predict(tile, row, col, width, bits) + unzigzag(np.int64(current[col]))) & mask
+            left, upleft = current[slot(col - distance)], above[slot(col - distance)]
+            right, upright = left, upleft  # no column col + distance: the left ones stand in
+            if col + distance < width:
+                right, upright = current[slot(col + distance)], above[slot(col + distance)]
+            current[slot(col)] = unpredicted(left, right, above[slot(col)], upleft, upright, residuals[col], mask)
         distance >>= 1
 
 
@@ -127,8 +144,8 @@ def unpredict_row(tile, row, width, bits):
 
 
 @device
-def unpack_samples(buf, pos, tile, row, col, count, width_bits):
-    """tile[row, col:col+count] = count fields of width_bits at bit pos."""
+def unpack_samples(buf, pos, values, col, count, width_bits):
+    """values[col:col+count] = count fields of width_bits at bit pos."""
     field_mask = (np.int64(1) << width_bits) - 1
     per_peek = PEEK_BITS // max(width_bits, 1)  # fields one peek holds: no test per sample
     stop_all = col + count
@@ -136,48 +153,49 @@ def unpack_samples(buf, pos, tile, row, col, count, width_bits):
         window = peek_window(buf, pos)
         stop = min(stop_all, col + per_peek)
         for c in range(col, stop):
-            tile[row, c] = window & field_mask
+            values[np.uint64(c)] = window & field_mask  # unsigned: no negative-index wrap
             window >>= width_bits
         pos += (stop - col) * width_bits
         col = stop
 
 
 @device
-def decode_rice_group(buf, pos, tile, row, col, count, k, qsum, bits):
-    """Decode a Rice group at pos (count remainders of k bits, then the unary part) into tile.
-    False unless its unary part decodes in exactly count + qsum bits to values below 2**bits."""
+def decode_rice_group(buf, pos, values, col, count, k, qsum, bits):
+    """Decode a Rice group at pos (count remainders of k bits, then the unary part) into values.
+    False unless its unary part holds exactly count ones in count + qsum bits, the last bit one,
+    and every value is below 2**bits. The unary part is walked a set bit at a time, UNARY_CHUNK
+    bits per window: a quotient is the gap between two ones, so no sample waits for the one before
+    it to be measured; the remainders come from their own window."""
     remainder_mask = (np.int64(1) << k) - 1
-    first = pos
-    remainders = peek_window(buf, first)
-    remainders_left = PEEK_BITS  # bits of a window not yet consumed, all of them read from buf
+    per_window = PEEK_BITS // max(k, 1)  # remainders a window holds
+    remainders = peek_window(buf, pos)
+    remainders_left = per_window
+    remainder_pos = pos
     pos += count * k
     end = pos + count + qsum
-    window = peek_window(buf, pos)
-    left = PEEK_BITS
+    stop = col + count
+    c = col
+    after_one = pos  # the bit after the last one seen: where the next quotient's zeros start
     largest = np.int64(0)
-    for c in range(col, col + count):
-        if remainders_left < k:
-            remainders = peek_window(buf, first + (c - col) * k)
-            remainders_left = PEEK_BITS
-        zeros = trailing_zeros(window, left)
-        quotient = zeros
-        while zeros == left:  # no one bit among them: refill
-            pos += left
-            if pos >= end:
+    for chunk in range(pos, end, UNARY_CHUNK):
+        word = peek_window(buf, chunk) & ((np.int64(1) << min(UNARY_CHUNK, end - chunk)) - 1)
+        while word != 0:
+            if c == stop:  # more ones than samples
                 return False
-            window = peek_window(buf, pos)
-            left = PEEK_BITS
-            zeros = trailing_zeros(window, left)
-            quotient += zeros
-        window >>= zeros + 1
-        left -= zeros + 1
-        pos += zeros + 1
-        value = (quotient << k) | (remainders & remainder_mask)
-        remainders >>= k
-        remainders_left -= k
-        largest |= value
-        tile[row, c] = value
-    return pos == end and largest >> bits == 0
+            if remainders_left == 0:
+                remainder_pos += per_window * k
+                remainders = peek_window(buf, remainder_pos)
+                remainders_left = per_window
+            one = chunk + trailing_zeros(word, UNARY_CHUNK)
+            value = ((one - after_one) << k) | (remainders & remainder_mask)
+            remainders >>= k
+            remainders_left -= 1
+            values[np.uint64(c)] = value
+            largest |= value
+            after_one = one + 1
+            word &= word - 1
+            c += 1
+    return c == stop and after_one == end and largest >> bits == 0
 
 
 @device
@@ -202,28 +220,28 @@ def sparse_entry(buf, pos, size, index, count, bits):
 
 
 @device
-def decode_sparse_group(buf, pos, tile, row, col, count, size, bits):
-    """Decode a sparse group at pos (size positions, then size values) into tile[row, col:col+count].
+def decode_sparse_group(buf, pos, values, col, count, size, bits):
+    """Decode a sparse group at pos (size positions, then size values) into values[col:col+count].
     False unless its positions rise strictly and lie below count."""
     for c in range(col, col + count):
-        tile[row, c] = 0
+        values[c] = 0
     for index in range(size):
         position, value, sound = sparse_entry(buf, pos, size, index, count, bits)
         if not sound:
             return False
-        tile[row, col + position] = value
+        values[col + position] = value
     return True
 
 
 @device
-def decode_fast_row(buf, pos, end_bit, tile, row, width, bits):
-    """Decode row at bit pos into tile; returns (status, bit position after the row)."""
+def decode_fast_row(buf, pos, end_bit, values, width, bits):
+    """Decode the mapped residuals of the row at bit pos into values; returns (status, bit position
+    after the row)."""
     if pos + 1 > end_bit:
         return STATUS_BAD_SIZE, pos
     if read_bits(buf, pos, 1) == 0:  # every residual 0
         for col in range(width):
-            tile[row, col] = 0
-        unpredict_row(tile, row, width, bits)
+            values[col] = 0
         return STATUS_OK, pos + 1
     flag_pos = pos + 1
     groups = groups_per_row(width)
@@ -256,25 +274,24 @@ def decode_fast_row(buf, pos, end_bit, tile, row, width, bits):
         count = min(GROUP_SIZE, width - col)
         if read_bits(buf, flag_pos + group, 1) == 0:
             for c in range(col, col + count):
-                tile[row, c] = 0
+                values[c] = 0
             continue
         fields = read_bits(buf, header, size_of_header)
         header += size_of_header
         code = fields & field_mask
         qsum = fields >> code_bits(bits)
         if code == SPARSE_CODE:
-            if not decode_sparse_group(buf, data_pos, tile, row, col, count, qsum, bits):
+            if not decode_sparse_group(buf, data_pos, values, col, count, qsum, bits):
                 return STATUS_CORRUPT, pos
             data_pos += group_data_bits(code, qsum, count, bits)
         elif code <= bits:
-            unpack_samples(buf, data_pos, tile, row, col, count, code)
+            unpack_samples(buf, data_pos, values, col, count, code)
             data_pos += count * code
         else:
             k = code - bits - 1
-            if not decode_rice_group(buf, data_pos, tile, row, col, count, k, qsum, bits):
+            if not decode_rice_group(buf, data_pos, values, col, count, k, qsum, bits):
                 return STATUS_CORRUPT, pos
             data_pos += count * (k + 1) + qsum
-    unpredict_row(tile, row, width, bits)
     return STATUS_OK, row_end
 
 
@@ -282,11 +299,17 @@ def decode_fast_row(buf, pos, end_bit, tile, row, width, bits):
 def decode_fast_stream(buf, start, end, tile, bits):
     """Decode a coded fast stream (its kind and size checked) into tile; returns its status."""
     height, width = tile.shape
+    residuals = np.zeros(width, np.int64)
+    rows = np.zeros((2, PERIOD, (width + PERIOD - 1) // PERIOD), np.int64)  # this row and the one above
     pos = (start + 1) * 8
     for row in range(height):
-        status, pos = decode_fast_row(buf, pos, end * 8, tile, row, width, bits)
+        status, pos = decode_fast_row(buf, pos, end * 8, residuals, width, bits)
         if status != STATUS_OK:
             return status
+        current = rows[row & 1]
+        unpredict_row(residuals, current, rows[(row & 1) ^ 1], row, width, bits)
+        for col in range(width):
+            tile[row, col] = current[slot(col)]
     if (pos + 7) // 8 != end:
         return STATUS_BAD_SIZE
     return STATUS_OK
