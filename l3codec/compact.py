@@ -100,7 +100,7 @@ def tile_neighbours(tile, row, col, half):
 def activity_context(w, n, nw, mapped_n, mapped_w, bits):
     activity = ((abs(w - nw) + abs(n - nw)) >> 1) + mapped_n + mapped_w
     # activity > t << shift exactly when ((activity - 1) >> shift) + 1 > t
-    return CONTEXT_OF_ACTIVITY[min(((activity - 1) >> (bits - 8)) + 1, CONTEXT_OF_ACTIVITY.shape[0] - 1)]
+    return CONTEXT_OF_ACTIVITY[np.uint64(min(((activity - 1) >> (bits - 8)) + 1, CONTEXT_OF_ACTIVITY.shape[0] - 1))]
 
 
 @device
@@ -292,16 +292,16 @@ def decode_compact_row(buf, pos, tile, row, width, bits, k_nibbles, run_index, s
     interrupt = False
     col = 0
     while col < width:
-        up = np.int64(above[col]) if row > 0 else half
-        upleft = np.int64(above[col - 1]) if row > 0 and col > 0 else half
+        up = np.int64(above[np.uint64(col)]) if row > 0 else half
+        upleft = np.int64(above[np.uint64(col - 1)]) if row > 0 and col > 0 else half
         w, n, nw = neighbours(row, col, left, left2, up, upleft, half)
         if not interrupt and w == n and n == nw:
             run, pos, run_index, error = decode_run(buf, pos, run_index, width - col)
             if error:
                 return pos, 1
             for i in range(col, col + run):
-                here[i] = w
-                mapped_here[i] = 0
+                here[np.uint64(i)] = w
+                mapped_here[np.uint64(i)] = 0
             col += run
             mapped_w = 0
             interrupt = True
@@ -311,18 +311,19 @@ def decode_compact_row(buf, pos, tile, row, width, bits, k_nibbles, run_index, s
             if run > 0:
                 continue  # the interruption sample sees the run in its neighbours
         ctx = INTERRUPT_CONTEXT if interrupt else activity_context(
-            w, n, nw, mapped_above[col] if row > 0 else 0, mapped_w, bits)
-        k = rice_parameter(sums[ctx], counts[ctx], bits)
+            w, n, nw, mapped_above[np.uint64(col)] if row > 0 else 0, mapped_w, bits)
+        context = np.uint64(ctx)  # unsigned indices: no negative-index wrap (as every one below)
+        k = rice_parameter(sums[context], counts[context], bits)
         mapped, pos = decode_code(buf, pos, k, bits)
-        sums[ctx], counts[ctx] = adapted(sums[ctx], counts[ctx], mapped, k)
+        sums[context], counts[context] = adapted(sums[context], counts[context], mapped, k)
         if interrupt:
             value = n + unzigzag(mapped + (1 if n == w else 0))
         else:
             value = med(w, n, nw) + unzigzag(mapped)
         interrupt = False
         value &= mask
-        here[col] = value
-        mapped_here[col] = mapped
+        here[np.uint64(col)] = value
+        mapped_here[np.uint64(col)] = mapped
         mapped_w = mapped
         left2 = left
         left = value
