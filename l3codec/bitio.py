@@ -51,9 +51,10 @@ def peek_bits(buf, bit_pos):
 def peek_window(buf, bit_pos):
     """peek_bits without a branch: the same bits (load56's seven bytes from bit_pos >> 3, zero past
     the end, shifted by bit_pos & 7), from one 8-byte read clamped to the buffer's last 8 bytes.
-    buf must hold at least 8 bytes. The compact decoder reads every code word with it: compiled by
-    Numba, a branch on the buffer's end inside a loop costs a reference-count round trip per call,
-    and the unsigned index lets the eight byte reads become one load."""
+    buf must hold at least 8 bytes. The decoders read every code word with it; the unsigned index
+    lets the eight byte reads become one load. The CPU build replaces it with one unaligned load
+    away from the buffer's end (cpu._peek_window), which shortens the chain from one code word's
+    position to the next."""
     byte_pos = bit_pos >> 3
     start = min(byte_pos, buf.shape[0] - 8)
     word = np.uint64(0)

@@ -110,8 +110,8 @@ def test_row_and_step_decoders_report_the_same_status_on_damage(name):
 
 
 def test_branch_free_window_reads_the_bits_peek_bits_reads():
-    """bitio.peek_window (the compact decoders' read) against peek_bits, plain and compiled, at every
-    bit position of short buffers, including positions near and past the end."""
+    """bitio.peek_window (the decoders' read) and the CPU build's one-load form of it against
+    peek_bits at every bit position of short buffers, including positions near and past the end."""
     from l3codec import bitio
 
     rng = np.random.default_rng(7)
