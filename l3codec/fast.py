@@ -105,8 +105,8 @@ def slot(col):
 def unpredict_row(residuals, current, above, row, width, bits):
     """The samples of a row (into current) from its mapped residuals, phase by phase; above holds
     the samples of the row before. Both hold a row transposed, column col at slot(col), so that a
-    phase's loop over the periods of the row reads and writes consecutive samples: it vectorizes
-    (unpredict_row 10.5 -> 7.2 ms per 2048x1024 RGB frame)."""
+    phase's loop over the periods of the row reads and writes consecutive samples (LLVM vectorizes
+    it; with the contiguous rows, 10.5 -> 7.2 ms per 2048x1024 RGB frame against the tile view)."""
     mask = (np.int64(1) << bits) - 1
     if row == 0:
         value = np.int64(1) << (bits - 1)
@@ -164,8 +164,8 @@ def decode_rice_group(buf, pos, values, col, count, k, qsum, bits):
     """Decode a Rice group at pos (count remainders of k bits, then the unary part) into values.
     False unless its unary part holds exactly count ones in count + qsum bits, the last bit one,
     and every value is below 2**bits. The unary part is walked a set bit at a time, UNARY_CHUNK
-    bits per window: a quotient is the gap between two ones, so no sample waits for the one before
-    it to be measured; the remainders come from their own window."""
+    bits per window: a quotient is the gap between two ones, each one cleared once found rather
+    than the window shifted by a measured length; the remainders come from their own window."""
     remainder_mask = (np.int64(1) << k) - 1
     per_window = PEEK_BITS // max(k, 1)  # remainders a window holds
     remainders = peek_window(buf, pos)
