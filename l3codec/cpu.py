@@ -59,7 +59,9 @@ _peek_window_near_end = numba.njit(bitio.peek_window)
 @numba.njit
 def _peek_window(buf, bit_pos):
     """bitio.peek_window in one unaligned load, away from the buffer's end (little-endian machines):
-    two operations after the load instead of six, on the chain from one code word to the next."""
+    two operations after the load instead of six, on the chain from one code word to the next.
+    Written out rather than as _load56(buf, bit_pos >> 3) >> (bit_pos & 7), which is the same bits
+    but measured 77% slower in the compact decode step (50.8 -> 89.7 ms per hires2048 frame)."""
     byte_pos = bit_pos >> 3
     if byte_pos + 8 <= buf.shape[0] and buf.strides[0] == 1:
         return (_load_unaligned_int64(buf, byte_pos) & ((np.int64(1) << 56) - 1)) >> (bit_pos & 7)

@@ -25,7 +25,6 @@ SPARSE_CODE = 0  # code of a sparse group (format version 3; version 2 allowed i
 POSITION_BITS = 6  # a sparse sample's column within its group: GROUP_SIZE == 2**POSITION_BITS
 PHASES = 4  # prediction phases of rows >= 1
 PERIOD = 1 << (PHASES - 1)  # phase 0 takes every PERIOD-th column from the row above
-UNARY_CHUNK = 48  # bits of a Rice group's unary part the CPU decoder takes per window (<= PEEK_BITS)
 
 
 @device
@@ -157,6 +156,9 @@ def unpack_samples(buf, pos, values, col, count, width_bits):
             window >>= width_bits
         pos += (stop - col) * width_bits
         col = stop
+
+
+UNARY_CHUNK = 48  # bits of a Rice group's unary part decode_rice_group takes per window (<= PEEK_BITS)
 
 
 @device
