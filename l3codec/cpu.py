@@ -42,17 +42,6 @@ def _load_unaligned_int64(typingctx, buf, byte_pos):
     return types.int64(buf, byte_pos), codegen
 
 
-_load56_near_end = numba.njit(bitio.load56)
-
-
-@numba.njit
-def _load56(buf, byte_pos):
-    """bitio.load56 in one unaligned load, away from the buffer's end (little-endian machines)."""
-    if byte_pos + 8 <= buf.shape[0] and buf.strides[0] == 1:
-        return _load_unaligned_int64(buf, byte_pos) & ((np.int64(1) << 56) - 1)
-    return _load56_near_end(buf, byte_pos)
-
-
 _peek_window_near_end = numba.njit(bitio.peek_window)
 
 
@@ -60,8 +49,9 @@ _peek_window_near_end = numba.njit(bitio.peek_window)
 def _peek_window(buf, bit_pos):
     """bitio.peek_window in one unaligned load, away from the buffer's end (little-endian machines):
     two operations after the load instead of six, on the chain from one code word to the next.
-    Written out rather than as _load56(buf, bit_pos >> 3) >> (bit_pos & 7), which is the same bits
-    but measured 77% slower in the compact decode step (50.8 -> 89.7 ms per hires2048 frame)."""
+    Written out: as a one-load load56(buf, bit_pos >> 3) >> (bit_pos & 7), which called load56's
+    looping form near the end, the same bits measured 77% slower in the compact decode step (50.8 ->
+    89.7 ms per hires2048 frame)."""
     byte_pos = bit_pos >> 3
     if byte_pos + 8 <= buf.shape[0] and buf.strides[0] == 1:
         return (_load_unaligned_int64(buf, byte_pos) & ((np.int64(1) << 56) - 1)) >> (bit_pos & 7)
@@ -69,23 +59,36 @@ def _peek_window(buf, bit_pos):
 
 
 @numba.njit
+def _read_bits(buf, bit_pos, count):
+    """bitio.read_bits through _peek_window: the same bits, and no call on the path near the buffer's
+    end. bitio.load56 loops there, so it stayed a call, and a call passing buf costs an atomic incref
+    and decref of it at every read, taken or not (fast decode step 24.1 -> 21.5 ms per hires2048
+    frame: fast reads each row's flags and headers with read_bits)."""
+    return _peek_window(buf, bit_pos) & ((np.int64(1) << count) - 1)
+
+
+@numba.njit
 def _trailing_zeros(value, limit):
     return np.int64(_count_trailing_zeros(value | (np.int64(1) << limit)))
 
 
-# the CPU's own forms of two bit-level primitives; the plain Python ones are the reference
+# the CPU's own forms of bit-level primitives; the plain Python ones are the reference (the CPU
+# decoders no longer reach bitio.load56 and peek_bits, which the GPU's read_bits still uses)
 _REPLACEMENTS = {"trailing_zeros": _trailing_zeros}
 if sys.byteorder == "little":
-    _REPLACEMENTS["load56"] = _load56
     _REPLACEMENTS["peek_window"] = _peek_window
+    _REPLACEMENTS["read_bits"] = _read_bits
 # The per-sample functions are inlined where they are used (as calls, they cost the compact
-# decoder 2.5x); everything else compiles once and is called (inlined everywhere, the first use
-# would compile twice as long).
+# decoder 2.5x), and so are fast's per-row and per-group decoders, each called from one place:
+# a call that passes arrays increfs and decrefs them, atomically, every time (fast decode step
+# 21.5 -> 19.8 ms per hires2048 frame). Everything else compiles once and is called (inlined
+# everywhere, the first use would compile twice as long).
 _INLINED = {
     "subtract_rg_mean", "add_rg_mean", "forward_colour", "inverse_colour", "predict_between", "unpack_samples",
     "load56", "peek_bits", "read_bits", "trailing_zeros", "read_sample", "uncoded_sample", "subtract_green",
     "add_green", "med", "neighbours", "tile_neighbours", "activity_context", "unzigzag", "rice_parameter",
     "adapted", "initial_sum", "decode_code", "decode_run", "predict", "groups_per_row", "unpredicted", "slot",
+    "decode_rice_group", "decode_sparse_group", "decode_fast_row", "unpredict_row",
     "zigzag", "adapt", "encode_mapped",  # as calls, each passes four arrays per sample: encode 6.4 -> 4.1 MP/s
 }
 
