@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import resource
+import shlex
 import sys
 import tempfile
 import time
@@ -144,6 +145,7 @@ def main(argv=None):
     parser.add_argument("--batches", type=int, default=8)
     parser.add_argument("--pipelines", nargs="+", default=["png", "l3-cpu", "l3-gpu"])
     args = parser.parse_args(argv)
+    args.command = shlex.join(["python", "bench/pipeline.py", *(sys.argv[1:] if argv is None else argv)])
 
     with tempfile.TemporaryDirectory(prefix="l3-pipeline-") as temporary:
         links = linked_tree(args.src, args.repeat, Path(temporary) / "src")
@@ -192,8 +194,8 @@ def main(argv=None):
 def report(rows, args) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     lines = [
-        f"# Data-stall benchmark: `python bench/pipeline.py {args.src} --mode {args.mode} --batch-size "
-        f"{args.batch_size} --workers {args.workers}` ({os.cpu_count()} CPUs, CUDA: {torch.cuda.is_available()})",
+        f"# Data-stall benchmark: `{args.command}` ({os.cpu_count()} CPUs, CUDA: {torch.cuda.is_available()}, "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})",
         "",
         "| step ms | pipeline | images/s | waiting for data | CPU ms/image (all processes) | main-process CPU ms/image "
         "| bytes read/image |",
