@@ -69,6 +69,7 @@ class ShardTask:
     has_json: bool
     key_width: int
     samples: tuple  # SourceSample, ...
+    estimated_bytes: int  # of L3 output, from the sources' sizes: the plan's measure of its work
 
 
 @dataclass
@@ -267,12 +268,12 @@ def plan_shards(layout, shard_bytes: int) -> list:
         for sample in samples:
             estimate = _estimated_bytes(sample)
             if current and current_bytes + estimate > shard_bytes:
-                tasks.append(ShardTask(split, number, fields, has_json, key_width, tuple(current)))
+                tasks.append(ShardTask(split, number, fields, has_json, key_width, tuple(current), current_bytes))
                 number, current, current_bytes = number + 1, [], 0
             current.append(sample)
             current_bytes += estimate
         if current:
-            tasks.append(ShardTask(split, number, fields, has_json, key_width, tuple(current)))
+            tasks.append(ShardTask(split, number, fields, has_json, key_width, tuple(current), current_bytes))
     return tasks
 
 
@@ -433,7 +434,9 @@ def convert(layout: str, src, dst, /, *, split: str | None = None, mode: str = "
     interrupted = True
     futures = []
     try:
-        futures = [executor.submit(convert_shard, task, worker_options, dst) for task in pending]
+        # largest first, so that the last shards to finish are small ones and no worker idles long at the end
+        by_size = sorted(pending, key=lambda task: -task.estimated_bytes)
+        futures = [executor.submit(convert_shard, task, worker_options, dst) for task in by_size]
         for future in executor.as_completed(futures):
             try:
                 record = future.result()

@@ -169,3 +169,32 @@ def test_shard_sizes_parse_and_bad_options_are_refused(tmp_path):
         convert("folder", tmp_path / "src", tmp_path / "dst", max_side=0, workers=0, progress=False)
     with pytest.raises(LayoutError, match="layout must be one of"):
         convert("coco", tmp_path / "src", tmp_path / "dst", workers=0, progress=False)
+
+
+def test_shards_go_to_the_workers_largest_first(tmp_path, monkeypatch):
+    """Shards are submitted largest first by the plan's estimate (source bytes, JPEGs weighted), so the
+    last to finish are small ones; each shard still lands under its own number, in sample order."""
+    from l3codec.converters import pipeline
+
+    expected = folder_tree(tmp_path / "src", per_class=6)
+    submitted = []
+    convert_shard = pipeline.convert_shard
+
+    def recording(task, options, dst):
+        submitted.append(task)
+        return convert_shard(task, options, dst)
+
+    monkeypatch.setattr(pipeline, "convert_shard", recording)
+    summary = convert("folder", tmp_path / "src", tmp_path / "dst", workers=0, shard_size=3000, progress=False)
+    assert summary.shards == len(submitted) >= 4
+    for task in submitted:
+        sizes = [(tmp_path / "src" / path).stat().st_size * (pipeline.LOSSY_EXPANSION if path.endswith(".jpg") else 1)
+                 for sample in task.samples for _, path in sample.files]
+        assert task.estimated_bytes == sum(sizes)
+    estimates = [task.estimated_bytes for task in submitted]
+    assert estimates == sorted(estimates, reverse=True) and estimates != [task.estimated_bytes for task in
+                                                                          sorted(submitted, key=lambda t: t.number)]
+    reader = open_dataset(tmp_path / "dst")
+    assert [reader.key(i) for i in range(len(reader))] == sorted(expected)
+    for i in range(len(reader)):
+        assert np.array_equal(decoded(reader, i), expected[reader.key(i)][1])
