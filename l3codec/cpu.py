@@ -49,9 +49,8 @@ _peek_window_near_end = numba.njit(bitio.peek_window)
 def _peek_window(buf, bit_pos):
     """bitio.peek_window in one unaligned load, away from the buffer's end (little-endian machines):
     two operations after the load instead of six, on the chain from one code word to the next.
-    Written out: as a one-load load56(buf, bit_pos >> 3) >> (bit_pos & 7), which called load56's
-    looping form near the end, the same bits measured 77% slower in the compact decode step (50.8 ->
-    89.7 ms per hires2048 frame)."""
+    Written out: built on a one-load load56 (whose form near the end, a loop, stays a call), the
+    same bits measured 77% slower in the compact decode step (50.8 -> 89.7 ms per hires2048 frame)."""
     byte_pos = bit_pos >> 3
     if byte_pos + 8 <= buf.shape[0] and buf.strides[0] == 1:
         return (_load_unaligned_int64(buf, byte_pos) & ((np.int64(1) << 56) - 1)) >> (bit_pos & 7)
@@ -72,8 +71,8 @@ def _trailing_zeros(value, limit):
     return np.int64(_count_trailing_zeros(value | (np.int64(1) << limit)))
 
 
-# the CPU's own forms of bit-level primitives; the plain Python ones are the reference (the CPU
-# decoders no longer reach bitio.load56 and peek_bits, which the GPU's read_bits still uses)
+# the CPU's own forms of bit-level primitives; the plain Python ones are the reference (with these,
+# the CPU decoders no longer reach bitio.load56 and peek_bits, which the GPU's read_bits still uses)
 _REPLACEMENTS = {"trailing_zeros": _trailing_zeros}
 if sys.byteorder == "little":
     _REPLACEMENTS["peek_window"] = _peek_window
