@@ -34,6 +34,7 @@ class InlineExecutor:
     """Runs each task at submit time in this process; results come back as finished futures."""
 
     progress_queue = None
+    parallel = False
 
     def submit(self, fn, /, *args, **kwargs):
         future = concurrent.futures.Future()
@@ -55,6 +56,8 @@ class InlineExecutor:
 class PoolExecutor:
     """A local process pool. Workers fork from a forkserver (not from the coordinator, which runs threads)
     that has loaded the codec once (pool_warmup), so each starts with it."""
+
+    parallel = True
 
     def __init__(self, workers: int):
         context = multiprocessing.get_context("forkserver")
@@ -82,6 +85,7 @@ class DaskExecutor:
     """Tasks on a Dask distributed cluster, through its own futures (which follow the same protocol)."""
 
     progress_queue = None
+    parallel = True
 
     def __init__(self, address):
         try:

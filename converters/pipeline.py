@@ -434,9 +434,9 @@ def convert(layout: str, src, dst, /, *, split: str | None = None, mode: str = "
     interrupted = True
     futures = []
     try:
-        # largest first, so that the last shards to finish are small ones and no worker idles long at the end
-        by_size = sorted(pending, key=lambda task: -task.estimated_bytes)
-        futures = [executor.submit(convert_shard, task, worker_options, dst) for task in by_size]
+        if executor.parallel:  # largest first, so that the last to finish are small ones and no worker idles long
+            pending = sorted(pending, key=lambda task: -task.estimated_bytes)
+        futures = [executor.submit(convert_shard, task, worker_options, dst) for task in pending]
         for future in executor.as_completed(futures):
             try:
                 record = future.result()

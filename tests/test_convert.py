@@ -171,29 +171,30 @@ def test_shard_sizes_parse_and_bad_options_are_refused(tmp_path):
         convert("coco", tmp_path / "src", tmp_path / "dst", workers=0, progress=False)
 
 
-def test_shards_go_to_the_workers_largest_first(tmp_path, monkeypatch):
-    """Shards are submitted largest first by the plan's estimate (source bytes, JPEGs weighted), so the
-    last to finish are small ones; each shard still lands under its own number, in sample order."""
-    from l3codec.converters import pipeline
+def test_a_pool_gets_the_shards_largest_first(tmp_path, monkeypatch):
+    """A pool's workers get the shards largest first by the plan's estimate (source bytes, JPEGs
+    weighted), so the last to finish are small ones; each shard still lands under its own number,
+    in sample order. In process, shards go in plan order."""
+    from l3codec.converters import executors, pipeline
 
     expected = folder_tree(tmp_path / "src", per_class=6)
     submitted = []
-    convert_shard = pipeline.convert_shard
+    submit = executors.PoolExecutor.submit
 
-    def recording(task, options, dst):
+    def recording(self, fn, task, *args):
         submitted.append(task)
-        return convert_shard(task, options, dst)
+        return submit(self, fn, task, *args)
 
-    monkeypatch.setattr(pipeline, "convert_shard", recording)
-    summary = convert("folder", tmp_path / "src", tmp_path / "dst", workers=0, shard_size=3000, progress=False)
+    monkeypatch.setattr(executors.PoolExecutor, "submit", recording)
+    summary = convert("folder", tmp_path / "src", tmp_path / "dst", workers=2, shard_size=3000, progress=False)
     assert summary.shards == len(submitted) >= 4
     for task in submitted:
         sizes = [(tmp_path / "src" / path).stat().st_size * (pipeline.LOSSY_EXPANSION if path.endswith(".jpg") else 1)
                  for sample in task.samples for _, path in sample.files]
         assert task.estimated_bytes == sum(sizes)
     estimates = [task.estimated_bytes for task in submitted]
-    assert estimates == sorted(estimates, reverse=True) and estimates != [task.estimated_bytes for task in
-                                                                          sorted(submitted, key=lambda t: t.number)]
+    in_plan_order = [task.estimated_bytes for task in sorted(submitted, key=lambda task: task.number)]
+    assert estimates == sorted(estimates, reverse=True) and estimates != in_plan_order
     reader = open_dataset(tmp_path / "dst")
     assert [reader.key(i) for i in range(len(reader))] == sorted(expected)
     for i in range(len(reader)):
