@@ -179,13 +179,17 @@ def test_a_pool_gets_the_shards_largest_first(tmp_path, monkeypatch):
 
     expected = folder_tree(tmp_path / "src", per_class=6)
     submitted = []
-    submit = executors.PoolExecutor.submit
+    submits = {cls: cls.submit for cls in (executors.PoolExecutor, executors.InlineExecutor)}
 
     def recording(self, fn, task, *args):
         submitted.append(task)
-        return submit(self, fn, task, *args)
+        return submits[type(self)](self, fn, task, *args)
 
     monkeypatch.setattr(executors.PoolExecutor, "submit", recording)
+    monkeypatch.setattr(executors.InlineExecutor, "submit", recording)
+    convert("folder", tmp_path / "src", tmp_path / "inline", workers=0, shard_size=3000, progress=False)
+    assert [task.number for task in submitted] == list(range(len(submitted)))
+    submitted.clear()
     summary = convert("folder", tmp_path / "src", tmp_path / "dst", workers=2, shard_size=3000, progress=False)
     assert summary.shards == len(submitted) >= 4
     for task in submitted:
