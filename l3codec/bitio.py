@@ -91,21 +91,25 @@ def writer_init(state, byte_pos, byte_limit):
 
 
 @device
-def put_bits(out, state, value, count):
-    """Append count (0..32) bits; bytes past the limit are dropped and show as overflow."""
-    acc = state[W_ACC] | (np.int64(value) << state[W_NACC])
-    nacc = state[W_NACC] + count
-    pos = state[W_POS]
-    limit = state[W_LIMIT]
+def appended(out, pos, acc, nacc, limit, value, count):
+    """A writer's (byte position, accumulator, bits in it) after count (0..48) more bits; whole
+    bytes go to out, those at or past limit are dropped and show as overflow."""
+    acc |= np.int64(value) << nacc
+    nacc += count
     while nacc >= 8:
         if pos < limit:
             out[pos] = acc & 255
         pos += 1
         acc >>= 8
         nacc -= 8
-    state[W_POS] = pos
-    state[W_ACC] = acc
-    state[W_NACC] = nacc
+    return pos, acc, nacc
+
+
+@device
+def put_bits(out, state, value, count):
+    """Append count (0..48) bits to the writer whose state is an array (writer_init)."""
+    state[W_POS], state[W_ACC], state[W_NACC] = appended(
+        out, state[W_POS], state[W_ACC], state[W_NACC], state[W_LIMIT], value, count)
 
 
 @device

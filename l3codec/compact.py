@@ -14,8 +14,8 @@ runs, adaptation), and the tests hold the two to the same pixels and statuses.
 import numpy as np
 
 from .bitio import (
-    PEEK_BITS, W_NACC, W_POS, WRITER_STATE_SIZE, bit_length, peek_window, put_bits, read_bits, trailing_zeros,
-    writer_flush, writer_init,
+    PEEK_BITS, W_ACC, W_LIMIT, W_NACC, W_POS, WRITER_STATE_SIZE, appended, bit_length, peek_window, put_bits, read_bits,
+    trailing_zeros, writer_flush, writer_init,
 )
 from .format import KIND_CODED, STATUS_BAD_HEADER, STATUS_BAD_SIZE, STATUS_CORRUPT, STATUS_OK
 from .jit import device
@@ -361,45 +361,40 @@ def compact_row_length(buf, table_pos, length_bits, row):
 
 
 @device
-def encode_mapped(out, writer, state, ctx, mapped, bits, stats):
-    """Write one mapped residual with the context's current k; stats[ctx] and stats[CONTEXTS+ctx]
-    collect sum and count for the encoder's choice of initial k."""
-    k = rice_parameter(state[S_A + ctx], state[S_N + ctx], bits)
+def appended_code(out, pos, acc, nacc, limit, mapped, k, bits):
+    """The writer after one Golomb-Rice code word (decode_code's): the quotient in unary, a one,
+    k remainder bits; or, for a quotient of UNARY_LIMIT or more, UNARY_LIMIT zeros and the mapped
+    residual raw. At most 28 bits, so one append."""
     q = mapped >> k
     if q < UNARY_LIMIT:
-        put_bits(out, writer, np.int64(1) << q, q + 1)
-        put_bits(out, writer, mapped & ((np.int64(1) << k) - 1), k)
-    else:
-        put_bits(out, writer, 0, UNARY_LIMIT)
-        put_bits(out, writer, mapped, bits)
-    adapt(state, ctx, mapped, k)
-    state[S_MAPPED] = mapped
-    stats[ctx] += mapped
-    stats[CONTEXTS + ctx] += 1
+        return appended(out, pos, acc, nacc, limit, (np.int64(1) << q) | ((mapped & ((np.int64(1) << k) - 1)) << (q + 1)),
+                        q + 1 + k)
+    return appended(out, pos, acc, nacc, limit, mapped << UNARY_LIMIT, UNARY_LIMIT + bits)
 
 
 @device
-def encode_run_length(out, writer, state, run, end_of_row):
-    index = state[S_RUN_INDEX]
+def appended_run(out, pos, acc, nacc, limit, run, end_of_row, index):
+    """The writer and run index after a run (decode_run's bits): a one per whole chunk of
+    2**RUN_ORDER[index], then a one if a run to the row's end has samples left, or a zero and the
+    rest in RUN_ORDER[index] bits."""
     while run >= (np.int64(1) << RUN_ORDER[index]):
-        put_bits(out, writer, 1, 1)
+        pos, acc, nacc = appended(out, pos, acc, nacc, limit, 1, 1)
         run -= np.int64(1) << RUN_ORDER[index]
         if index < RUN_INDEX_MAX:
             index += 1
     if end_of_row:
         if run > 0:
-            put_bits(out, writer, 1, 1)
+            pos, acc, nacc = appended(out, pos, acc, nacc, limit, 1, 1)
     else:
-        put_bits(out, writer, 0, 1)
-        put_bits(out, writer, run, RUN_ORDER[index])
+        pos, acc, nacc = appended(out, pos, acc, nacc, limit, run << 1, 1 + RUN_ORDER[index])
         if index > 0:
             index -= 1
-    state[S_RUN_INDEX] = index
+    return pos, acc, nacc, index
 
 
 @device
 def run_length_cost(run, end_of_row, index):
-    """Bits encode_run_length would write, and the run index after; for choosing the initial index."""
+    """Bits appended_run would write, and the run index after; for choosing the initial index."""
     cost = 0
     while run >= (np.int64(1) << RUN_ORDER[index]):
         cost += 1
@@ -417,62 +412,110 @@ def run_length_cost(run, end_of_row, index):
 
 
 @device
-def encode_compact_row(tile, row, width, bits, out, writer, state, stats, runs, run_count, mapped_rows):
-    """Encode one row of a tile plane (2-D view). mapped_rows[row % 2] receives the row's mapped
-    residuals, mapped_rows[(row - 1) % 2] holds the row above's. Runs are logged as
-    2*length+end_of_row into runs[run_count:], and the new run_count is returned."""
+def encode_compact_row(tile, row, width, bits, measuring, out, writer, k_nibbles, run_index, sums, counts, stats, runs,
+                       run_count, mapped_rows):
+    """One row of a tile plane (2-D view), in decode_compact_row's form: the writer's and the
+    contexts' state in local variables (sums and counts: scratch), W and WW carried along the row.
+    mapped_rows[row % 2] receives the row's mapped residuals, mapped_rows[(row + 1) % 2] holds the
+    row above's. Residuals, contexts and runs depend on the pixels alone, so a row is measured or
+    written. Measuring, stats[ctx] and stats[CONTEXTS + ctx] collect each context's sum and count
+    (for the initial k) and runs are logged as 2 * length + end_of_row into runs[run_count:];
+    returns the new run_count. Writing, the row's code words are appended to the writer."""
     half = np.int64(1) << (bits - 1)
+    here = tile[row]
+    above = tile[row - 1] if row > 0 else here  # read only when row > 0
     mapped_here = mapped_rows[row % 2]
     mapped_above = mapped_rows[(row + 1) % 2]
+    for ctx in range(CONTEXTS):
+        sums[ctx] = initial_sum(k_nibbles, ctx)
+        counts[ctx] = INITIAL_COUNT
+    pos, acc, nacc, limit = writer[W_POS], writer[W_ACC], writer[W_NACC], writer[W_LIMIT]
+    left = half  # here[col - 1] once col > 0
+    left2 = half  # here[col - 2] once col > 1
+    mapped_w = np.int64(0)
+    interrupt = False
     col = 0
     while col < width:
-        w, n, nw = tile_neighbours(tile, row, col, half)
-        x = np.int64(tile[row, col])
-        if w == n and n == nw:
+        up = np.int64(above[np.uint64(col)]) if row > 0 else half
+        upleft = np.int64(above[np.uint64(col - 1)]) if row > 0 and col > 0 else half
+        w, n, nw = neighbours(row, col, left, left2, up, upleft, half)
+        if not interrupt and w == n and n == nw:
             run = 0
-            while col + run < width and tile[row, col + run] == w:
+            while col + run < width and here[np.uint64(col + run)] == w:
                 run += 1
             end_of_row = col + run == width
-            encode_run_length(out, writer, state, run, end_of_row)
-            runs[run_count] = 2 * run + (1 if end_of_row else 0)
-            run_count += 1
-            mapped_here[col:col + run] = 0
-            state[S_MAPPED] = 0
+            if measuring:
+                runs[run_count] = 2 * run + (1 if end_of_row else 0)
+                run_count += 1
+            else:
+                pos, acc, nacc, run_index = appended_run(out, pos, acc, nacc, limit, run, end_of_row, run_index)
+            for i in range(col, col + run):
+                mapped_here[np.uint64(i)] = 0
             col += run
             if end_of_row:
                 break
-            # interruption sample: W is the run value, N the sample above it
-            x = np.int64(tile[row, col])
-            up = np.int64(tile[row - 1, col]) if row > 0 else half
-            upleft = np.int64(tile[row - 1, col - 1]) if row > 0 and col > 0 else half
-            w, n, nw = neighbours(row, col, w, w, up, upleft, half)
-            mapped = zigzag(x - n, bits)
-            if n == w:
-                mapped -= 1
-            encode_mapped(out, writer, state, INTERRUPT_CONTEXT, mapped, bits, stats)
+            mapped_w = 0
+            interrupt = True
+            left = w  # as in decode_compact_row: the run's value is W and WW of what follows
+            left2 = w
+            if run > 0:
+                continue  # the interruption sample sees the run in its neighbours
+        x = np.int64(here[np.uint64(col)])
+        if interrupt:
+            ctx = INTERRUPT_CONTEXT
+            mapped = zigzag(x - n, bits) - (1 if n == w else 0)
         else:
-            ctx = activity_context(w, n, nw, mapped_above[col] if row > 0 else 0, state[S_MAPPED], bits)
-            encode_mapped(out, writer, state, ctx, zigzag(x - med(w, n, nw), bits), bits, stats)
-        mapped_here[col] = state[S_MAPPED]
+            ctx = activity_context(w, n, nw, mapped_above[np.uint64(col)] if row > 0 else 0, mapped_w, bits)
+            mapped = zigzag(x - med(w, n, nw), bits)
+        interrupt = False
+        context = np.uint64(ctx)
+        if measuring:
+            stats[context] += mapped
+            stats[np.uint64(CONTEXTS + ctx)] += 1
+        else:
+            k = rice_parameter(sums[context], counts[context], bits)
+            pos, acc, nacc = appended_code(out, pos, acc, nacc, limit, mapped, k, bits)
+            sums[context], counts[context] = adapted(sums[context], counts[context], mapped, k)
+        mapped_here[np.uint64(col)] = mapped
+        mapped_w = mapped
+        left2 = left
+        left = x
         col += 1
+    writer[W_POS], writer[W_ACC], writer[W_NACC] = pos, acc, nacc
     return run_count
 
 
 @device
 def best_run_index(runs, row_run_starts, rows):
-    """The initial run index that codes this tile's runs in the fewest bits."""
+    """The initial run index that codes this tile's runs in the fewest bits (the smallest such index).
+    Each row starts from it afresh. Within a row, the trajectories from all start indices are
+    followed until they meet (run indices fall by one after most runs, so they soon do); from there
+    on one trajectory serves all."""
+    costs = np.zeros(RUN_INDEX_MAX + 1, np.int64)
+    indices = np.empty(RUN_INDEX_MAX + 1, np.int64)
+    for row in range(rows):
+        i, stop = row_run_starts[row], row_run_starts[row + 1]
+        for start in range(RUN_INDEX_MAX + 1):
+            indices[start] = start
+        met = False
+        while i < stop and not met:
+            met = True
+            for start in range(RUN_INDEX_MAX + 1):
+                bits_used, indices[start] = run_length_cost(runs[i] >> 1, runs[i] & 1, indices[start])
+                costs[start] += bits_used
+                met &= indices[start] == indices[0]
+            i += 1
+        index = indices[0]
+        shared = 0
+        for j in range(i, stop):
+            bits_used, index = run_length_cost(runs[j] >> 1, runs[j] & 1, index)
+            shared += bits_used
+        for start in range(RUN_INDEX_MAX + 1):
+            costs[start] += shared
     best_index = 0
-    best_cost = -1
-    for start_index in range(RUN_INDEX_MAX + 1):
-        cost = 0
-        for row in range(rows):
-            index = start_index
-            for i in range(row_run_starts[row], row_run_starts[row + 1]):
-                bits_used, index = run_length_cost(runs[i] >> 1, runs[i] & 1, index)
-                cost += bits_used
-        if best_cost < 0 or cost < best_cost:
-            best_cost = cost
-            best_index = start_index
+    for start in range(RUN_INDEX_MAX + 1):
+        if costs[start] < costs[best_index]:
+            best_index = start
     return best_index
 
 
@@ -508,23 +551,22 @@ def encode_compact_stream(tile, bits, out, start):
     constant = constant_value(tile)
     if constant >= 0:
         return encode_uncoded(tile, bits, out, start, constant)
-    state = np.empty(STATE_SIZE, np.int64)
+    sums = np.empty(CONTEXTS, np.int64)
+    counts = np.empty(CONTEXTS, np.int64)
     writer = np.empty(WRITER_STATE_SIZE, np.int64)
     stats = np.zeros(2 * CONTEXTS, np.int64)
     runs = np.empty(height * width + 1, np.int64)
     mapped_rows = np.zeros((2, width), np.int64)
     row_run_starts = np.zeros(height + 1, np.int64)
-    # Pass 1 only measures: a writer with limit 0 drops every byte.
-    writer_init(writer, 0, 0)
+    # Pass 1 measures the contexts' sums and the runs, for the initial k and run index.
+    writer_init(writer, 0, 0)  # (not written while measuring)
     run_count = 0
-    default_k = 0x222222222
     for row in range(height):
         if repeats_row_above(tile, row):
             mapped_rows[row % 2, :] = 0
         else:
-            row_state_init(state, 0, default_k, 0)
-            run_count = encode_compact_row(tile, row, width, bits, out, writer, state, stats, runs, run_count,
-                                           mapped_rows)
+            run_count = encode_compact_row(tile, row, width, bits, True, out, writer, 0, 0, sums, counts, stats, runs,
+                                           run_count, mapped_rows)
         row_run_starts[row + 1] = run_count
     k_nibbles = initial_k_nibbles(stats, bits)
     run_index = best_run_index(runs, row_run_starts, height)
@@ -539,8 +581,8 @@ def encode_compact_stream(tile, bits, out, start):
         if repeats_row_above(tile, row):  # a zero row length says "copy the row above"
             mapped_rows[row % 2, :] = 0
         else:
-            row_state_init(state, 0, k_nibbles, run_index)
-            encode_compact_row(tile, row, width, bits, out, writer, state, stats, runs, 0, mapped_rows)
+            encode_compact_row(tile, row, width, bits, False, out, writer, k_nibbles, run_index, sums, counts, stats,
+                               runs, 0, mapped_rows)
         row_ends[row + 1] = writer[W_POS] * 8 + writer[W_NACC]
         longest = max(longest, row_ends[row + 1] - row_ends[row])
         if writer[W_POS] >= limit:
