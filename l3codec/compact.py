@@ -489,8 +489,8 @@ def encode_compact_row(tile, row, width, bits, measuring, out, writer, k_nibbles
 def best_run_index(runs, row_run_starts, rows):
     """The initial run index that codes this tile's runs in the fewest bits (the smallest such index).
     Each row starts from it afresh. Within a row, the trajectories from all start indices are
-    followed until they meet (run indices fall by one after most runs, so they soon do); from there
-    on one trajectory serves all."""
+    followed until they meet (every run that stops short of its chunk lowers the index by one, down
+    to 0, so they often do); from there on one trajectory serves all."""
     costs = np.zeros(RUN_INDEX_MAX + 1, np.int64)
     indices = np.empty(RUN_INDEX_MAX + 1, np.int64)
     for row in range(rows):
