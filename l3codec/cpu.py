@@ -58,25 +58,19 @@ def _peek_window(buf, bit_pos):
 
 
 @numba.njit
-def _read_bits(buf, bit_pos, count):
-    """bitio.read_bits through _peek_window: the same bits, and no call on the path near the buffer's
-    end. bitio.load56 loops there, so it stayed a call, and a call passing buf costs an atomic incref
-    and decref of it at every read, taken or not (fast decode step 24.1 -> 21.5 ms per hires2048
-    frame: fast reads each row's flags and headers with read_bits)."""
-    return _peek_window(buf, bit_pos) & ((np.int64(1) << count) - 1)
-
-
-@numba.njit
 def _trailing_zeros(value, limit):
     return np.int64(_count_trailing_zeros(value | (np.int64(1) << limit)))
 
 
-# the CPU's own forms of bit-level primitives; the plain Python ones are the reference (with these,
-# the CPU decoders no longer reach bitio.load56 and peek_bits, which the GPU's read_bits still uses)
+# the CPU's own forms of bit-level primitives; the plain Python ones are the reference. peek_bits
+# (under read_bits) reads the same bits as peek_window: through bitio.load56, whose form near the
+# buffer's end loops and so stays a call, every read paid an atomic incref and decref of buf, taken
+# or not (fast decode step 24.1 -> 21.5 ms per hires2048 frame: fast reads its row flags and headers
+# with read_bits). The GPU still reads through load56.
 _REPLACEMENTS = {"trailing_zeros": _trailing_zeros}
 if sys.byteorder == "little":
     _REPLACEMENTS["peek_window"] = _peek_window
-    _REPLACEMENTS["read_bits"] = _read_bits
+    _REPLACEMENTS["peek_bits"] = _peek_window
 # The per-sample functions are inlined where they are used (as calls, they cost the compact
 # decoder 2.5x), and so are fast's per-row and per-group decoders, each called from one place:
 # a call that passes arrays increfs and decrefs them, atomically, every time (fast decode step
