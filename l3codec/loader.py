@@ -22,6 +22,7 @@ of (seed, epoch), equal batch counts on every rank, resumable mid-epoch with sta
 from __future__ import annotations
 
 import collections
+import multiprocessing
 import warnings
 import weakref
 
@@ -42,6 +43,13 @@ __all__ = [
 ]
 
 DEFAULT_FIELDS = ("image", "labelIds")
+# a batch from the workers that takes longer is a stuck worker, not a slow one: a first batch that
+# compiles the CPU decoder takes under a minute, and a sibling compile is waited for 300 s at most
+WORKER_TIMEOUT_S = 600.0
+
+
+class WorkerStalled(RuntimeError):
+    """No batch came from the loader's workers within the timeout."""
 _TORCH_DTYPES = {np.dtype(np.uint8): torch.uint8, np.dtype(np.uint16): torch.uint16}
 
 
@@ -386,6 +394,8 @@ class Loader:
     batch's first good one, batch["skipped"] lists (key, reason), and a warning is issued).
     decode_step: replaces the GPU decode (gpu_decode_step(backend)); host_decode_step runs the GPU
     path's logic without a GPU. transform: applied to each yielded batch dict.
+    multiprocessing_context: how workers start (default: a forkserver, see _worker_context).
+    timeout: seconds to wait for a batch from the workers before raising WorkerStalled (0: forever).
     """
 
     def __init__(
@@ -393,7 +403,7 @@ class Loader:
         crop=None, normalize=None, channels_last: bool = True, device=None, num_workers: int = 0,
         prefetch_factor: int = 2, prefetch: int = 2, rank: int | None = None, world_size: int | None = None,
         on_error: str = "raise", backend: str = "cupy", decode_step=None, transform=None,
-        multiprocessing_context=None,
+        multiprocessing_context=None, timeout: float = WORKER_TIMEOUT_S,
     ):
         if on_error not in ("raise", "skip"):
             raise L3Error(f"on_error must be 'raise' or 'skip', not {on_error!r}")
@@ -412,7 +422,7 @@ class Loader:
             decode_step = gpu_decode_step(backend)
         self.decode_step, self.on_error, self.transform = decode_step, on_error, transform
         self.num_workers, self.prefetch_factor, self.prefetch = num_workers, prefetch_factor, max(1, prefetch)
-        self.multiprocessing_context = multiprocessing_context
+        self.multiprocessing_context, self.timeout = multiprocessing_context, timeout
         resize = "matmul" if dataset.decode == "gpu" else "interpolate"
         self.finish = _Finish(normalize, channels_last, resize)
         self._device = _Device(self.device)
@@ -478,9 +488,10 @@ class Loader:
                 worker_init_fn=_worker_init if workers else None,
                 pin_memory=self.dataset.decode == "cpu" and self._device.cuda,
                 multiprocessing_context=(self.multiprocessing_context or _worker_context()) if workers else None,
+                timeout=self.timeout if workers else 0,
             )
         self._requests.start(self.order.epoch, batches, first)
-        return self._batches_loader
+        return _watched(self._batches_loader, self.timeout)
 
     def _cpu_batches(self, first, batches):
         for _, _, batch in self._data_loader(first, batches):
@@ -570,16 +581,37 @@ class Loader:
         return batch
 
 
-def _worker_context():
-    """fork, unless this process has run Numba's GNU OpenMP thread pool, which cannot survive a fork
-    (the worker would abort): then forkserver."""
-    import numba
+def _worker_context() -> str:
+    """How DataLoader workers start: from a forkserver, never by forking this process.
 
-    try:
-        layer = numba.threading_layer()
-    except ValueError:  # no parallel region has run yet
-        return None
-    return "forkserver" if layer == "omp" else None
+    A forked child inherits every lock of this process's thread pools in whatever state the
+    pool threads held them, but not the threads: once a training step has run, torch's GNU
+    OpenMP intra-op pool (and Numba's, if it ran) is live, and the worker's first parallel torch
+    operation (a flip's gather, a resize) waits forever on a futex no thread will release. The
+    forkserver is a single-threaded process started before any of that, so its children begin clean.
+    """
+    methods = multiprocessing.get_all_start_methods()
+    return "forkserver" if "forkserver" in methods else "spawn"
+
+
+def _watched(batches: DataLoader, timeout: float):
+    """Iterate a DataLoader, turning its timeout into an error that names the likely causes."""
+    iterator = iter(batches)
+    while True:
+        try:
+            yield next(iterator)
+        except StopIteration:
+            return
+        except RuntimeError as error:
+            if "timed out" not in str(error):
+                raise
+            raise WorkerStalled(
+                f"no batch came from the loader's {batches.num_workers} workers in {timeout:g} s: a worker is "
+                f"stuck. Workers started by forking a process whose thread pools were running (torch's "
+                f"or Numba's OpenMP threads after a training step) deadlock; they start from a forkserver "
+                f"unless multiprocessing_context says otherwise (it is {batches.multiprocessing_context!r}). "
+                f"A source that never answers (a FIFO, a stalled remote read) stalls them too."
+            ) from None
 
 
 def _worker_init(worker_id: int) -> None:
