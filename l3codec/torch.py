@@ -20,7 +20,7 @@ from . import batch as batching
 from . import codec, gpu
 from .format import MAX_PIXELS, L3Error
 
-_TORCH_DTYPES = {np.dtype(np.uint8): torch.uint8, np.dtype(np.uint16): torch.uint16}  # uint16: torch >= 2.3
+TORCH_DTYPES = {np.dtype(np.uint8): torch.uint8, np.dtype(np.uint16): torch.uint16}  # uint16: torch >= 2.3
 
 
 def decode(
@@ -58,7 +58,7 @@ def decode(
         shapes = sorted({f"{shape} {dtype}" for shape, dtype in zip(prepared.shapes, prepared.dtypes)})
         raise L3Error(f"stack=True needs results of one shape and dtype, not {', '.join(shapes)}")
     flat = torch.empty(max(prepared.out_size, 1), dtype=torch.uint8, device=device)
-    images = batching.split_output(prepared, flat, _TORCH_DTYPES.__getitem__)  # HWC (HW) views of flat
+    images = batching.split_output(prepared, flat, TORCH_DTYPES.__getitem__)  # HWC (HW) views of flat
     if device.type == "cpu":
         for index, (item, region, image) in enumerate(zip(host_items, prepared.regions, images)):
             try:  # already verified: each item's checksum is not computed twice
@@ -69,7 +69,7 @@ def decode(
         _decode_on_cuda(prepared, flat, device, backend)
     if stack:
         # same-shape items lie back to back: the whole buffer is one (N, H, W[, C]) tensor
-        stacked = flat[: prepared.out_size].view(_TORCH_DTYPES[prepared.dtypes[0]])
+        stacked = flat[: prepared.out_size].view(TORCH_DTYPES[prepared.dtypes[0]])
         return chw_view(stacked.reshape(len(item_list), *prepared.shapes[0]), batched=True)
     if single:
         return chw_view(images[0])

@@ -1,0 +1,249 @@
+"""Loader: whole batches of a split for one rank, decoded on the GPU (or by the workers on the CPU)."""
+
+from __future__ import annotations
+
+import collections
+import warnings
+import weakref
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+
+from .. import gpu
+from .. import staging as stage
+from ..format import L3Error
+from ..geometry import Full
+from ..order import EpochOrder
+from .dataset import L3Dataset
+from .decode_steps import gpu_decode_step
+from .device import _Device, _to_device
+from .finish import Finish
+from .workers import WORKER_TIMEOUT_S, _BatchSource, _batch_dict, _identity, _watched, _worker_context, _worker_init
+
+
+class _Requests:
+    """The DataLoader's sampler: one request per batch, in this rank's order. Iterated lazily in the
+    main process as workers take requests, so it can wait for a staging slot to be free first."""
+
+    def __init__(self, slots: int, wait_slot):
+        self.slots, self.wait_slot = slots, wait_slot
+        self.epoch, self.batches, self.first = 0, [], 0
+
+    def start(self, epoch: int, batches: list, first: int) -> None:
+        self.epoch, self.batches, self.first = epoch, batches, first
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __iter__(self):
+        for offset, indices in enumerate(self.batches):
+            number = self.first + offset
+            slot = number % self.slots if self.slots else 0
+            if self.wait_slot is not None:
+                self.wait_slot()(slot)
+            yield self.epoch, number, slot, indices
+
+
+class Loader:
+    """Batches of a split for one rank, decoded on `device`, in a deterministic, resumable order.
+
+    batch_size: samples per batch. shuffle, seed: the epoch's global order is a function of
+    (seed, epoch); set_epoch() before each epoch. rank, world_size: default from torch.distributed
+    when it is initialised; every rank gets len(loader) batches (drop_last: see l3codec.order).
+    crop: Full(flip=p), RandomCrop(size, flip=p), RandomResizedCrop(size, scale, ratio, flip=p) or
+    CenterCrop(size); one geometry per sample for all its fields; only the tiles a crop touches are
+    decoded. None: whole images. normalize: (mean, std) per channel on the 0..1 scale gives float32
+    images; otherwise uint8. Images come as N×C×H×W views of N×H×W×C memory (channels_last) unless
+    channels_last=False; one-channel label maps as N×H×W; a list where sizes differ.
+    device: "cuda" (default when available) or "cpu". num_workers, prefetch_factor: the DataLoader's.
+    prefetch: batches copied and decoded ahead of the one yielded (GPU path).
+    on_error: "raise" (L3Error naming the sample's key) or "skip" (the sample is replaced by the
+    batch's first good one, batch["skipped"] lists (key, reason), and a warning is issued).
+    decode_step: replaces the GPU decode (gpu_decode_step(backend)); host_decode_step runs the GPU
+    path's logic without a GPU. transform: applied to each yielded batch dict.
+    multiprocessing_context: how workers start (default: a forkserver, see _worker_context).
+    timeout: seconds to wait for a batch from the workers before raising WorkerStalled (0: forever).
+    """
+
+    def __init__(
+        self, dataset: L3Dataset, batch_size: int, *, shuffle: bool = True, seed: int = 0, drop_last: bool = False,
+        crop=None, normalize=None, channels_last: bool = True, device=None, num_workers: int = 0,
+        prefetch_factor: int = 2, prefetch: int = 2, rank: int | None = None, world_size: int | None = None,
+        on_error: str = "raise", backend: str = "cupy", decode_step=None, transform=None,
+        multiprocessing_context=None, timeout: float = WORKER_TIMEOUT_S,
+    ):
+        if on_error not in ("raise", "skip"):
+            raise L3Error(f"on_error must be 'raise' or 'skip', not {on_error!r}")
+        if rank is None or world_size is None:
+            distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+            rank = (torch.distributed.get_rank() if distributed else 0) if rank is None else rank
+            world_size = (torch.distributed.get_world_size() if distributed else 1) if world_size is None else world_size
+        self.dataset, self.batch_size = dataset, batch_size
+        self.order = EpochOrder(len(dataset), batch_size=batch_size, shuffle=shuffle, seed=seed, rank=rank,
+                                world_size=world_size, drop_last=drop_last)
+        self.geometry = Full() if crop is None else crop
+        self.device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
+        if dataset.decode == "gpu" and decode_step is None:
+            if self.device.type != "cuda":
+                raise L3Error("decode='gpu' needs a CUDA device; use L3Dataset(..., decode='cpu') without one")
+            decode_step = gpu_decode_step(backend)
+        self.decode_step, self.on_error, self.transform = decode_step, on_error, transform
+        self.num_workers, self.prefetch_factor, self.prefetch = num_workers, prefetch_factor, max(1, prefetch)
+        self.multiprocessing_context, self.timeout = multiprocessing_context, timeout
+        resize = "matmul" if dataset.decode == "gpu" else "interpolate"
+        self.finish = Finish(normalize, channels_last, resize)
+        self._device = _Device(self.device)
+        self._ring = None  # staging slots, made on first use
+        self._batches_loader = self._requests = None  # made on first use
+        self._slot_events: dict = {}
+        self._yielded = 0  # batches handed out in this epoch
+        self._resume_at = 0
+
+    # ---- order and resume
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Choose the epoch's order; a resumed epoch (load_state_dict) keeps its resume point."""
+        if int(epoch) != self.order.epoch:
+            self._resume_at = 0
+        self.order.set_epoch(epoch)
+
+    def state_dict(self) -> dict:
+        """Where this rank is: the next batch continues from here after load_state_dict."""
+        order = self.order
+        return {"seed": order.seed, "epoch": order.epoch, "batches": self._yielded, "batch_size": order.batch_size,
+                "world_size": order.world_size, "rank": order.rank, "length": order.length,
+                "shuffle": order.shuffle, "drop_last": order.drop_last}
+
+    def load_state_dict(self, state: dict) -> None:
+        order = self.order
+        mine = self.state_dict()
+        for name in ("seed", "batch_size", "world_size", "rank", "length", "shuffle", "drop_last"):
+            if state[name] != mine[name]:
+                raise L3Error(f"cannot resume: the state has {name}={state[name]}, this loader {mine[name]}")
+        order.set_epoch(state["epoch"])
+        if not 0 <= state["batches"] <= len(order):
+            raise L3Error(f"cannot resume at batch {state['batches']} of {len(order)}")
+        self._yielded = self._resume_at = int(state["batches"])
+
+    # ---- iteration
+
+    def __iter__(self):
+        first, self._resume_at = self._resume_at, 0
+        self._yielded = first
+        batches = self.order.batches(first)
+        if self.dataset.decode == "gpu":
+            yield from self._gpu_batches(first, batches)
+        else:
+            yield from self._cpu_batches(first, batches)
+
+    def _data_loader(self, first, batches, slots=0, wait_slot=None) -> DataLoader:
+        """The DataLoader for this epoch's requests; its workers persist from epoch to epoch."""
+        if self._batches_loader is None:
+            source = _BatchSource(self.dataset, self.geometry, self.order.seed, self.on_error == "skip",
+                                  self.finish, self._ring)
+            # a weak method: the sampler, held by the DataLoader that the Loader holds, must not hold
+            # the Loader, or a dropped Loader would linger as a cycle until some later collection,
+            # perhaps inside the next loader's forked workers, whose copy of it cannot stop its workers
+            self._requests = _Requests(slots, weakref.WeakMethod(wait_slot) if wait_slot else None)
+            workers = self.num_workers
+            self._batches_loader = DataLoader(
+                source, sampler=self._requests, batch_size=None, collate_fn=_identity, num_workers=workers,
+                prefetch_factor=self.prefetch_factor if workers else None, persistent_workers=workers > 0,
+                worker_init_fn=_worker_init if workers else None,
+                pin_memory=self.dataset.decode == "cpu" and self._device.cuda,
+                multiprocessing_context=(self.multiprocessing_context or _worker_context()) if workers else None,
+                timeout=self.timeout if workers else 0,
+            )
+        self._requests.start(self.order.epoch, batches, first)
+        return _watched(self._batches_loader, self.timeout)
+
+    def _cpu_batches(self, first, batches):
+        for _, _, batch in self._data_loader(first, batches):
+            if self._device.cuda:
+                batch = {name: _to_device(value, self.device) for name, value in batch.items()}
+            yield self._hand_out(batch)
+
+    def _gpu_batches(self, first, batches):
+        slots = self._staging_ring()
+        inflight = collections.deque()
+        for number, slot, staged in self._data_loader(first, batches, slots, self._wait_slot):
+            inflight.append(self._launch(slot, staged))
+            if len(inflight) > self.prefetch:
+                yield self._hand_out(self._finish_launch(*inflight.popleft()))
+        while inflight:
+            yield self._hand_out(self._finish_launch(*inflight.popleft()))
+
+    def _hand_out(self, batch: dict) -> dict:
+        self._yielded += 1
+        if batch["skipped"]:
+            warnings.warn(f"replaced bad samples: {batch['skipped']}", stacklevel=3)
+        return self.transform(batch) if self.transform is not None else batch
+
+    def _staging_ring(self) -> int:
+        """Allocate (once) the shared, pinned staging slots: enough that a worker never writes into a
+        slot whose previous batch is still being copied to the device."""
+        workers = max(self.num_workers, 1)
+        slots = workers * (self.prefetch_factor if self.num_workers else 1) + self.prefetch + 2
+        if self._ring is None:
+            size = stage.staging_bytes(self.dataset.reader, self.dataset.fields, self.batch_size)
+            self._ring = torch.empty((slots, size), dtype=torch.uint8).share_memory_()
+            self._device.pin(self._ring)
+            self._device_buffers = [torch.empty(size, dtype=torch.uint8, device=self.device)
+                                    for _ in range(self.prefetch + 1)] if self._device.cuda else None
+            self._next_buffer = 0
+        return len(self._ring)
+
+    def _wait_slot(self, slot: int) -> None:
+        event = self._slot_events.pop(slot, None)
+        if event is not None:
+            event.synchronize()
+
+    def _launch(self, slot: int, staged):
+        """Copy the slot to the device and decode it on the side stream; nothing waits here."""
+        size = staged.packed.size
+        n = len(staged.batch.infos)
+        with self._device.stream():
+            if self._device.cuda:
+                buffer = self._device_buffers[self._next_buffer][:size]
+                self._next_buffer = (self._next_buffer + 1) % len(self._device_buffers)
+                buffer.copy_(self._ring[slot, :size], non_blocking=True)
+                self._slot_events[slot] = self._device.event()
+            else:
+                buffer = self._ring[slot, :size]
+            out = torch.empty(max(staged.out_size, 1), dtype=torch.uint8, device=self.device)
+            status = torch.zeros(n, dtype=torch.int32, device=self.device)
+            self.decode_step(staged, buffer, out, status, self._device.side)
+            images = {layout.name: self.finish.field(layout.name, out, layout, staged.crops)
+                      for layout in staged.fields}
+            status_host = status.to("cpu", non_blocking=True)
+            done = self._device.event()
+        return staged, images, status_host, done
+
+    def _finish_launch(self, staged, images, status_host, done) -> dict:
+        """Wait for one batch's decode, check its statuses (read once), hand its tensors to the current stream."""
+        if done is not None:
+            done.synchronize()
+        status = np.zeros(len(staged.batch.infos), np.int32)
+        status[gpu.status_order(staged.batch)] = status_host.numpy()
+        bad_samples = sorted({int(i) // len(staged.fields) for i in np.flatnonzero(status)})
+        if bad_samples:
+            keys = [staged.keys[s] for s in bad_samples]
+            if self.on_error == "raise" or len(bad_samples) == len(staged.keys):
+                raise stage.BadSample(f"samples {keys} failed to decode (corrupt past their checksums)")
+            good = next(s for s in range(len(staged.keys)) if s not in bad_samples)
+            with self._device.stream():
+                for name, value in images.items():
+                    for s in bad_samples:
+                        value[s] = value[good]  # a tensor row, or a list item
+            for s in bad_samples:
+                staged.skipped.append((staged.keys[s], "failed to decode"))
+                staged.keys[s], staged.indices[s], staged.labels[s] = staged.keys[good], staged.indices[good], staged.labels[good]
+        batch = _batch_dict(staged, images)
+        batch["label"] = batch["label"].to(self.device, non_blocking=True) if self._device.cuda else batch["label"]
+        tensors = [t for value in images.values() for t in (value if isinstance(value, list) else [value])]
+        self._device.hand_over(done, tensors)
+        return batch

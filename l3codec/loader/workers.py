@@ -1,0 +1,140 @@
+"""What the DataLoader workers run (one whole batch per request), how they start, and the watch on them."""
+
+from __future__ import annotations
+
+import multiprocessing
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset, get_worker_info
+
+from .. import codec
+from .. import staging as stage
+from ..format import L3Error
+from .dataset import L3Dataset, _one_numba_thread
+from .finish import Finish
+
+# a batch from the workers that takes longer is a stuck worker, not a slow one: a first batch that
+# compiles the CPU decoder takes under a minute, and a sibling compile is waited for 300 s at most
+WORKER_TIMEOUT_S = 600.0
+
+
+class WorkerStalled(RuntimeError):
+    """No batch came from the loader's workers within the timeout."""
+
+
+def _identity(batch):
+    return batch
+
+
+class _BatchSource(Dataset):
+    """What DataLoader workers run: one whole batch per request (epoch, number, slot, indices)."""
+
+    def __init__(self, dataset: L3Dataset, geometry, seed: int, skip_bad: bool, finish: Finish, ring):
+        self.reader, self.fields, self.decode = dataset.reader, dataset.fields, dataset.decode
+        self.verify, self.geometry, self.seed, self.skip_bad = dataset.verify, geometry, seed, skip_bad
+        self.finish, self.ring = finish, ring  # ring: shared (slots, bytes) uint8 staging buffers (GPU path)
+
+    def __len__(self) -> int:  # requests come from _Requests, not from indices
+        return len(self.reader)
+
+    def __getitem__(self, request):
+        epoch, number, slot, indices = request
+        options = dict(seed=self.seed, epoch=epoch, verify=self.verify, skip_bad=self.skip_bad)
+        if self.decode == "gpu":
+            staged = stage.stage_for_gpu(self.reader, indices, self.fields, self.geometry, self.ring[slot].numpy(),
+                                         **options)
+            return number, slot, staged
+        return number, slot, self._decode_on_cpu(indices, options)
+
+    def _decode_on_cpu(self, indices, options) -> dict:
+        samples, skipped, _ = stage.plan_samples(self.reader, indices, self.fields, self.geometry, **options)
+        layouts, out_size = stage.layout_fields(samples, self.fields)
+        # allocated in shared memory, as default_collate does, so that handing it over copies nothing
+        flat = torch.empty(0, dtype=torch.uint8)
+        flat.set_(torch.UntypedStorage._new_shared(max(out_size, 1)) if get_worker_info() else
+                  torch.UntypedStorage(max(out_size, 1)))
+        host = flat.numpy()
+        first_good = None
+        for s, sample in enumerate(samples):
+            try:
+                for f, (plan, view) in enumerate(zip(sample.plans, sample.views)):
+                    out = _item_view(host, layouts[f], s, plan.region[2:])
+                    codec.decode(view, region=plan.region, out=out, verify=False)
+            except L3Error as error:
+                if not self.skip_bad:
+                    raise stage.BadSample(f"sample {sample.key!r} (index {sample.index}): {error}") from error
+                skipped.append((sample.key, str(error)))
+                samples[s] = None
+                continue
+            first_good = s if first_good is None else first_good
+        if first_good is None:
+            raise stage.BadSample("no good sample to substitute in this batch: " + repr(skipped))
+        for s, sample in enumerate(samples):
+            if sample is None:
+                samples[s] = good = samples[first_good]
+                for layout in layouts:
+                    size = good.crop.region[2:]
+                    _item_view(host, layout, s, size)[...] = _item_view(host, layout, first_good, size)
+        staged = stage._staged(samples, layouts, out_size, skipped)
+        return _batch_dict(staged, {layout.name: self.finish.field(layout.name, flat, layout, staged.crops)
+                                    for layout in layouts})
+
+
+def _item_view(host: np.ndarray, layout, i: int, size: tuple) -> np.ndarray:
+    """Item i's (h, w) region in a field layout of the flat output: an HW or HWC numpy view."""
+    (h, w), channels, dtype = size, layout.channels[i], np.dtype(layout.dtypes[i])
+    rows = host[layout.offsets[i]:layout.offsets[i] + (h - 1) * layout.pitches[i] + w * channels * dtype.itemsize]
+    pixels = np.lib.stride_tricks.as_strided(
+        rows.view(dtype), (h, w, channels), (layout.pitches[i], channels * dtype.itemsize, dtype.itemsize)
+    )
+    return pixels[:, :, 0] if channels == 1 else pixels
+
+
+def _batch_dict(staged, images: dict) -> dict:
+    return {
+        **images,
+        "label": torch.from_numpy(staged.labels),
+        "index": torch.from_numpy(staged.indices),
+        "region": torch.tensor([crop.region for crop in staged.crops], dtype=torch.int64).reshape(-1, 4),
+        "flip": torch.tensor([crop.flip for crop in staged.crops], dtype=torch.bool),
+        "key": staged.keys,
+        "skipped": staged.skipped,
+    }
+
+
+def _worker_context() -> str:
+    """How DataLoader workers start: from a forkserver, never by forking this process.
+
+    A forked child inherits every lock of this process's thread pools in whatever state the
+    pool threads held them, but not the threads: once a training step has run, torch's GNU
+    OpenMP intra-op pool (and Numba's, if it ran) is live, and the worker's first parallel torch
+    operation (a flip's gather, a resize) waits forever on a futex no thread will release. The
+    forkserver is a single-threaded process started before any of that, so its children begin clean.
+    """
+    methods = multiprocessing.get_all_start_methods()
+    return "forkserver" if "forkserver" in methods else "spawn"
+
+
+def _watched(batches: DataLoader, timeout: float):
+    """Iterate a DataLoader, turning its timeout into an error that names the likely causes."""
+    iterator = iter(batches)
+    while True:
+        try:
+            yield next(iterator)
+        except StopIteration:
+            return
+        except RuntimeError as error:
+            if "timed out" not in str(error):
+                raise
+            raise WorkerStalled(
+                f"no batch came from the loader's {batches.num_workers} workers in {timeout:g} s: a worker is "
+                f"stuck. Workers started by forking a process whose thread pools were running (torch's "
+                f"or Numba's OpenMP threads after a training step) deadlock; they start from a forkserver "
+                f"unless multiprocessing_context says otherwise (it is {batches.multiprocessing_context!r}). "
+                f"A source that never answers (a FIFO, a stalled remote read) stalls them too."
+            ) from None
+
+
+def _worker_init(worker_id: int) -> None:
+    _one_numba_thread()
