@@ -13,6 +13,8 @@ tensors' memory. The core package never imports this module: torch stays optiona
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import torch
 
@@ -102,19 +104,40 @@ def chw_view(array: torch.Tensor, batched: bool = False) -> torch.Tensor:
 def _decode_on_cuda(prepared, flat: torch.Tensor, device: torch.device, backend: str) -> None:
     """Decode into flat on torch's current stream of device, without copying it."""
     index = device.index if device.index is not None else torch.cuda.current_device()
-    torch_stream = torch.cuda.current_stream(index)
+    with on_torch_stream(torch.cuda.current_stream(index), backend) as (stream, as_array):
+        gpu.decode_prepared(prepared, backend=backend, out=as_array(flat), stream=stream)
+
+
+@contextlib.contextmanager
+def on_torch_stream(torch_stream, backend: str):
+    """In torch_stream's device context, yield (stream, as_array): the backend's handle of
+    torch_stream and a zero-copy view of torch tensors as the backend's device arrays.
+
+    CuPy: the views are made inside `with stream`, so the DLPack exchange asks torch for this
+    stream and orders nothing; made outside, CuPy names the legacy default stream, and torch makes
+    it wait on the tensors' stream, which puts the training stream behind every launch.
+    Numba: as_cuda_array(sync=False): the default synchronises the host with the stream per array.
+    """
+    index = torch_stream.device.index
     with torch.cuda.device(index):
         if backend == "cupy":
             import cupy
 
             with cupy.cuda.Device(index):
-                stream = cupy.cuda.ExternalStream(torch_stream.cuda_stream)
-                gpu.decode_prepared(prepared, backend="cupy", out=flat, stream=stream)
+                stream = cupy.cuda.ExternalStream(torch_stream.cuda_stream, index)
+                with stream:
+                    yield stream, cupy.from_dlpack
         else:
             from numba import cuda
 
-            stream = cuda.external_stream(torch_stream.cuda_stream)
-            gpu.decode_prepared(prepared, backend="numba", out=flat, stream=stream)
+            with cuda.gpus[index]:
+                yield cuda.external_stream(torch_stream.cuda_stream), _numba_view
+
+
+def _numba_view(tensor: torch.Tensor):
+    from numba import cuda
+
+    return cuda.as_cuda_array(tensor, sync=False)
 
 
 def to_numpy_hwc(tensor: torch.Tensor) -> np.ndarray:

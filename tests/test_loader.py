@@ -412,30 +412,6 @@ def test_gpu_batches_match_the_cpu_path(cityscapes, backend):
         assert torch.equal(a["image"].cpu(), b["image"]) and torch.equal(a["labelIds"].cpu(), b["labelIds"])
 
 
-def test_pinned_staging_is_unregistered_when_freed(monkeypatch):
-    calls = []
-
-    class Runtime:  # stands in for torch.cuda.cudart(), which a CPU build cannot give
-        def cudaHostRegister(self, pointer, size, flags):
-            calls.append(("register", pointer, size))
-            return 0
-
-        def cudaHostUnregister(self, pointer):
-            calls.append(("unregister", pointer))
-            return 0
-
-    monkeypatch.setattr(torch.cuda, "cudart", Runtime)
-    device = _Device(torch.device("cpu"))
-    device.cuda = True  # only pin() is exercised: no stream is made
-    ring = torch.empty(4096, dtype=torch.uint8).share_memory_()
-    pointer = ring.data_ptr()
-    device.pin(ring)
-    assert calls == [("register", pointer, 4096)]
-    del ring
-    gc.collect()
-    assert calls == [("register", pointer, 4096), ("unregister", pointer)]
-
-
 @pytest.mark.parametrize("path", ["cpu", "gpu-host"])
 def test_a_dropped_loader_is_freed_at_once_with_its_workers(cityscapes, path):
     """Without a collection: a Loader left in a reference cycle would be collected later, possibly

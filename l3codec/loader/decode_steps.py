@@ -2,32 +2,23 @@
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from .. import codec, gpu
 from ..format import STATUS_CORRUPT, L3Error
+from ..torch import on_torch_stream
+from .finish import region_view
 
 
 def gpu_decode_step(backend: str = "cupy"):
-    """The decode step of a CUDA device: launch_packed through CuPy or Numba on torch's side stream."""
+    """The decode step of a CUDA device: launch_packed through CuPy or Numba on the loader's decode stream."""
     if backend not in gpu.BACKENDS:
         raise L3Error(f"backend must be one of {gpu.BACKENDS}, not {backend!r}")
 
     def decode(staged, buffer: torch.Tensor, out: torch.Tensor, status: torch.Tensor, stream) -> None:
-        if backend == "cupy":
-            import cupy
-
-            with cupy.cuda.Device(buffer.device.index):
-                cupy_stream = cupy.cuda.ExternalStream(stream.cuda_stream)
-                arrays = [cupy.from_dlpack(t) for t in (buffer, out, status)]
-                gpu.launch_packed(staged.batch, staged.packed, *arrays, backend="cupy", stream=cupy_stream)
-        else:
-            from numba import cuda
-
-            arrays = [cuda.as_cuda_array(t) for t in (buffer, out, status)]
-            gpu.launch_packed(staged.batch, staged.packed, *arrays, backend="numba",
-                              stream=cuda.external_stream(stream.cuda_stream))
+        with on_torch_stream(stream, backend) as (backend_stream, as_array):
+            arrays = [as_array(t) for t in (buffer, out, status)]
+            gpu.launch_packed(staged.batch, staged.packed, *arrays, backend=backend, stream=backend_stream)
 
     return decode
 
@@ -44,12 +35,8 @@ def host_decode_step(staged, buffer: torch.Tensor, out: torch.Tensor, status: to
         for record, item in zip(launch.items, launch.item_index):
             info = staged.batch.infos[item]
             y, x, h, w = (int(record[name]) for name in ("region_y", "region_x", "region_h", "region_w"))
-            row = w * info.channels * info.dtype.itemsize
-            pitch, offset = int(record["out_row_pitch"]), int(record["out_offset"])
-            rows = np.lib.stride_tricks.as_strided(
-                flat[offset:], shape=(h, row), strides=(pitch, 1), writeable=True
-            )
-            target = rows.view(info.dtype).reshape(h, w, info.channels)
+            target = region_view(flat, int(record["out_offset"]), int(record["out_row_pitch"]), h, w,
+                                 info.channels, info.dtype)
             try:
                 codec.decode(data[starts[item]:starts[item] + info.file_size], region=(y, x, h, w),
                              out=target if info.channels > 1 else target[:, :, 0], verify=False)

@@ -1,56 +1,73 @@
-"""Streams, events and pinned memory on CUDA; the same calls do nothing on the CPU."""
+"""The GPU path's streams, events and pinned memory on CUDA; the same calls do nothing on the CPU.
+
+Two side streams: `copy` takes each staged batch to the device and `decode` runs its kernels,
+resize and finishing, so the copy of batch k+1 overlaps the decode of batch k. The decode stream
+has the lowest priority, so the training stream's kernels are scheduled first where both are
+ready. Events are blocking: a host wait sleeps instead of keeping a core spinning.
+
+The staging ring is page-locked in the main process after it is shared. The workers that write
+into it start from a forkserver (workers.py), not by fork, so no child ever inherits a
+registered range: each maps the ring's shared memory afresh from its file descriptor.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 
 import torch
 
+HOST_REGISTER_PORTABLE = 1  # cudaHostRegisterPortable: the pinned range counts as such in every context
+LOWEST_PRIORITY = 0  # CUDA stream priorities run from 0 (lowest, torch's default) to negative (higher)
+
 
 class _Device:
-    """Streams, events and pinned memory on CUDA; the same calls do nothing (or wait for nothing) on the CPU."""
-
     def __init__(self, device: torch.device):
         self.device, self.cuda = device, device.type == "cuda"
-        self.side = torch.cuda.Stream(device) if self.cuda else None
+        if self.cuda:
+            self.copy = torch.cuda.Stream(device)
+            self.decode = torch.cuda.Stream(device, priority=LOWEST_PRIORITY)
+        else:
+            self.copy = self.decode = None
 
-    def stream(self):
-        return torch.cuda.stream(self.side) if self.cuda else _Nothing()
+    def on(self, stream):
+        """A context in which work is queued on stream (nothing on the CPU)."""
+        return torch.cuda.stream(stream) if self.cuda else contextlib.nullcontext()
 
-    def event(self):
+    def record(self):
+        """A blocking event recorded on the current stream (None on the CPU)."""
         if not self.cuda:
             return None
-        event = torch.cuda.Event()
-        event.record(self.side)
+        event = torch.cuda.Event(blocking=True)
+        event.record()
         return event
+
+    def wait(self, event) -> None:
+        """The current stream waits for event (recorded on another stream) before its next work."""
+        if self.cuda and event is not None:
+            torch.cuda.current_stream(self.device).wait_event(event)
 
     def pin(self, tensor: torch.Tensor) -> None:
         """Page-lock a shared-memory tensor in place, so that copies from it are asynchronous DMA,
         until the tensor is freed: a registration that outlived its memory would make the next
-        loader's cudaHostRegister of the same addresses fail."""
+        loader's cudaHostRegister of the same addresses fail. Registered within this loader's
+        device (no context is made on GPU 0 for a rank on cuda:3), and portable to all contexts."""
         if self.cuda:
             cudart = torch.cuda.cudart()
-            result = cudart.cudaHostRegister(tensor.data_ptr(), tensor.numel(), 0)
+            with torch.cuda.device(self.device):
+                result = cudart.cudaHostRegister(tensor.data_ptr(), tensor.numel(), HOST_REGISTER_PORTABLE)
             if int(result) != 0:
                 raise RuntimeError(f"cudaHostRegister of the staging buffers failed ({result})")
             weakref.finalize(tensor, cudart.cudaHostUnregister, tensor.data_ptr())
 
     def hand_over(self, event, tensors) -> None:
-        """Make tensors made on the side stream safe on the caller's current stream."""
+        """Make tensors made on the decode stream safe on the caller's current stream."""
         if not self.cuda:
             return
         current = torch.cuda.current_stream(self.device)
         current.wait_event(event)
         for tensor in tensors:
             tensor.record_stream(current)
-
-
-class _Nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def _to_device(value, device):

@@ -68,3 +68,30 @@ class Finish:
             images = images.round_().clamp_(0, 255).to(torch.uint8)
         chw = images.movedim(-1, -3)  # a channels_last view of NHWC memory
         return chw if self.channels_last or not batched else chw.contiguous()
+
+
+def region_view(flat: np.ndarray, offset: int, pitch: int, height: int, width: int, channels: int,
+                dtype) -> np.ndarray:
+    """The (height, width, channels) pixels whose first row starts at byte offset of a flat uint8
+    output, rows pitch bytes apart: a writable numpy view."""
+    dtype = np.dtype(dtype)
+    rows = flat[offset:offset + (height - 1) * pitch + width * channels * dtype.itemsize]
+    return np.lib.stride_tricks.as_strided(
+        rows.view(dtype), (height, width, channels), (pitch, channels * dtype.itemsize, dtype.itemsize),
+        writeable=True,
+    )
+
+
+def replace_bad_samples(staged, images: dict, bad: dict) -> None:
+    """Replace the samples at the positions of `bad` ({position: reason}) by the batch's first good
+    one: its pixels in every field (tensor rows or list items), key, index, label and crop; each
+    replaced sample is listed in staged.skipped with its reason. On CUDA, call it on the stream
+    that consumes the batch, after it has waited for the decode."""
+    good = next(s for s in range(len(staged.keys)) if s not in bad)
+    for value in images.values():
+        for s in bad:
+            value[s] = value[good]
+    for s, reason in bad.items():
+        staged.skipped.append((staged.keys[s], reason))
+        staged.keys[s], staged.crops[s] = staged.keys[good], staged.crops[good]
+        staged.indices[s], staged.labels[s] = staged.indices[good], staged.labels[good]

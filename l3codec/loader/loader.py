@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import os
 import warnings
 import weakref
 
@@ -18,7 +19,7 @@ from ..order import EpochOrder
 from .dataset import L3Dataset
 from .decode_steps import gpu_decode_step
 from .device import _Device, _to_device
-from .finish import Finish
+from .finish import Finish, replace_bad_samples
 from .workers import WORKER_TIMEOUT_S, _BatchSource, _batch_dict, _identity, _watched, _worker_context, _worker_init
 
 
@@ -190,10 +191,12 @@ class Loader:
         slots = workers * (self.prefetch_factor if self.num_workers else 1) + self.prefetch + 2
         if self._ring is None:
             size = stage.staging_bytes(self.dataset.reader, self.dataset.fields, self.batch_size)
+            check_shared_memory(slots * size)
             self._ring = torch.empty((slots, size), dtype=torch.uint8).share_memory_()
             self._device.pin(self._ring)
             self._device_buffers = [torch.empty(size, dtype=torch.uint8, device=self.device)
                                     for _ in range(self.prefetch + 1)] if self._device.cuda else None
+            self._buffer_free = [None] * (self.prefetch + 1)  # per device buffer: its last decode's end
             self._next_buffer = 0
         return len(self._ring)
 
@@ -203,47 +206,66 @@ class Loader:
             event.synchronize()
 
     def _launch(self, slot: int, staged):
-        """Copy the slot to the device and decode it on the side stream; nothing waits here."""
+        """Copy the slot to the device on the copy stream and decode it on the decode stream;
+        nothing waits on the host here."""
         size = staged.packed.size
         n = len(staged.batch.infos)
-        with self._device.stream():
-            if self._device.cuda:
-                buffer = self._device_buffers[self._next_buffer][:size]
-                self._next_buffer = (self._next_buffer + 1) % len(self._device_buffers)
+        device, copied = self._device, None
+        if device.cuda:
+            which = self._next_buffer
+            self._next_buffer = (which + 1) % len(self._device_buffers)
+            buffer = self._device_buffers[which][:size]
+            with device.on(device.copy):
+                device.wait(self._buffer_free[which])  # the decode that last read this buffer
                 buffer.copy_(self._ring[slot, :size], non_blocking=True)
-                self._slot_events[slot] = self._device.event()
-            else:
-                buffer = self._ring[slot, :size]
+                copied = self._slot_events[slot] = device.record()
+        else:
+            buffer = self._ring[slot, :size]
+        with device.on(device.decode):
+            device.wait(copied)
             out = torch.empty(max(staged.out_size, 1), dtype=torch.uint8, device=self.device)
             status = torch.zeros(n, dtype=torch.int32, device=self.device)
-            self.decode_step(staged, buffer, out, status, self._device.side)
+            self.decode_step(staged, buffer, out, status, device.decode)
+            if device.cuda:
+                self._buffer_free[which] = device.record()
             images = {layout.name: self.finish.field(layout.name, out, layout, staged.crops)
                       for layout in staged.fields}
             status_host = status.to("cpu", non_blocking=True)
-            done = self._device.event()
+            done = device.record()
         return staged, images, status_host, done
 
     def _finish_launch(self, staged, images, status_host, done) -> dict:
-        """Wait for one batch's decode, check its statuses (read once), hand its tensors to the current stream."""
+        """Wait for one batch's decode, check its statuses (read once), hand its tensors to the
+        current stream, and only then replace bad samples, on that stream."""
         if done is not None:
             done.synchronize()
         status = np.zeros(len(staged.batch.infos), np.int32)
         status[gpu.status_order(staged.batch)] = status_host.numpy()
         bad_samples = sorted({int(i) // len(staged.fields) for i in np.flatnonzero(status)})
-        if bad_samples:
+        if bad_samples and (self.on_error == "raise" or len(bad_samples) == len(staged.keys)):
             keys = [staged.keys[s] for s in bad_samples]
-            if self.on_error == "raise" or len(bad_samples) == len(staged.keys):
-                raise stage.BadSample(f"samples {keys} failed to decode (corrupt past their checksums)")
-            good = next(s for s in range(len(staged.keys)) if s not in bad_samples)
-            with self._device.stream():
-                for name, value in images.items():
-                    for s in bad_samples:
-                        value[s] = value[good]  # a tensor row, or a list item
-            for s in bad_samples:
-                staged.skipped.append((staged.keys[s], "failed to decode"))
-                staged.keys[s], staged.indices[s], staged.labels[s] = staged.keys[good], staged.indices[good], staged.labels[good]
-        batch = _batch_dict(staged, images)
-        batch["label"] = batch["label"].to(self.device, non_blocking=True) if self._device.cuda else batch["label"]
+            raise stage.BadSample(f"samples {keys} failed to decode (corrupt past their checksums)")
         tensors = [t for value in images.values() for t in (value if isinstance(value, list) else [value])]
         self._device.hand_over(done, tensors)
+        if bad_samples:
+            replace_bad_samples(staged, images, {s: "failed to decode" for s in bad_samples})
+        batch = _batch_dict(staged, images)
+        batch["label"] = batch["label"].to(self.device, non_blocking=True) if self._device.cuda else batch["label"]
         return batch
+
+
+def check_shared_memory(needed: int, directory: str = "/dev/shm") -> None:
+    """Refuse to start when the shared-memory file system cannot hold the staging ring: past its
+    end, a write into the ring is a SIGBUS that kills the process without a message."""
+    try:
+        stats = os.statvfs(directory)
+    except OSError:  # no such file system here: torch shares memory some other way
+        return
+    free = stats.f_bavail * stats.f_frsize
+    ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    if needed > free:
+        raise L3Error(
+            f"the loader's staging ring needs {needed / 2**20:.0f} MiB of shared memory and {directory} has "
+            f"{free / 2**20:.0f} MiB free ({ranks} local ranks need {ranks * needed / 2**20:.0f} MiB): in Docker, "
+            "raise --shm-size (its default is 64 MB); or lower num_workers, prefetch_factor, prefetch or batch_size"
+        )

@@ -12,7 +12,7 @@ from .. import codec
 from .. import staging as stage
 from ..format import L3Error
 from .dataset import L3Dataset, _one_numba_thread
-from .finish import Finish
+from .finish import Finish, region_view, replace_bad_samples
 
 # a batch from the workers that takes longer is a stuck worker, not a slow one: a first batch that
 # compiles the CPU decoder takes under a minute, and a sibling compile is waited for 300 s at most
@@ -54,8 +54,7 @@ class _BatchSource(Dataset):
         flat = torch.empty(0, dtype=torch.uint8)
         flat.set_(torch.UntypedStorage._new_shared(max(out_size, 1)) if get_worker_info() else
                   torch.UntypedStorage(max(out_size, 1)))
-        host = flat.numpy()
-        first_good = None
+        host, bad = flat.numpy(), {}
         for s, sample in enumerate(samples):
             try:
                 for f, (plan, view) in enumerate(zip(sample.plans, sample.views)):
@@ -64,31 +63,20 @@ class _BatchSource(Dataset):
             except L3Error as error:
                 if not self.skip_bad:
                     raise stage.BadSample(f"sample {sample.key!r} (index {sample.index}): {error}") from error
-                skipped.append((sample.key, str(error)))
-                samples[s] = None
-                continue
-            first_good = s if first_good is None else first_good
-        if first_good is None:
-            raise stage.BadSample("no good sample to substitute in this batch: " + repr(skipped))
-        for s, sample in enumerate(samples):
-            if sample is None:
-                samples[s] = good = samples[first_good]
-                for layout in layouts:
-                    size = good.crop.region[2:]
-                    _item_view(host, layout, s, size)[...] = _item_view(host, layout, first_good, size)
+                bad[s] = str(error)
+        if len(bad) == len(samples):
+            raise stage.BadSample("no good sample to substitute in this batch: " + repr(list(bad.values())))
         staged = stage._staged(samples, layouts, out_size, skipped)
-        return _batch_dict(staged, {layout.name: self.finish.field(layout.name, flat, layout, staged.crops)
-                                    for layout in layouts})
+        images = {layout.name: self.finish.field(layout.name, flat, layout, staged.crops) for layout in layouts}
+        if bad:
+            replace_bad_samples(staged, images, bad)
+        return _batch_dict(staged, images)
 
 
 def _item_view(host: np.ndarray, layout, i: int, size: tuple) -> np.ndarray:
     """Item i's (h, w) region in a field layout of the flat output: an HW or HWC numpy view."""
-    (h, w), channels, dtype = size, layout.channels[i], np.dtype(layout.dtypes[i])
-    rows = host[layout.offsets[i]:layout.offsets[i] + (h - 1) * layout.pitches[i] + w * channels * dtype.itemsize]
-    pixels = np.lib.stride_tricks.as_strided(
-        rows.view(dtype), (h, w, channels), (layout.pitches[i], channels * dtype.itemsize, dtype.itemsize)
-    )
-    return pixels[:, :, 0] if channels == 1 else pixels
+    pixels = region_view(host, layout.offsets[i], layout.pitches[i], *size, layout.channels[i], layout.dtypes[i])
+    return pixels[:, :, 0] if layout.channels[i] == 1 else pixels
 
 
 def _batch_dict(staged, images: dict) -> dict:
