@@ -51,10 +51,6 @@ class Full:
     def __call__(self, height: int, width: int, rng: np.random.Generator) -> Crop:
         return Crop((0, 0, height, width), (height, width), _flip(self.flip, rng))
 
-    @property
-    def size(self):
-        return None
-
 
 @dataclass(frozen=True)
 class RandomCrop:
