@@ -46,13 +46,15 @@ def main(argv=None):
         result = stalls.measure(converted, batch_size=args.batch_size, workers=args.workers, batches=args.batches)
         print(stalls.report(result, []))
         for step_ms in args.step_ms:
-            predicted = stalls.predict(result["rates"], args.batch_size, step_ms, result["fits_in_memory"])
+            predicted = stalls.predict(result["rates"], args.batch_size, step_ms, result["fits_in_memory"],
+                                       handoff_ms=result["handoff_ms"])
             loader = Loader(L3Dataset(converted, fields=("image",), decode="cpu"), args.batch_size, device="cpu",
                             num_workers=args.workers)
             measured = measure("L3 CPU decode", loader, args.batch_size, step_ms / 1e3, 2, args.batches, 0)
             rows.append({"step_ms": step_ms, "predicted": predicted.stall_fraction,
                          "measured": measured["stall_fraction"], "bottleneck": predicted.bottleneck,
-                         "predicted_images_per_s": 1e3 * args.batch_size / max(predicted.data_ms_per_batch, step_ms),
+                         "predicted_images_per_s": 1e3 * args.batch_size / max(predicted.data_ms_per_batch,
+                                                                           step_ms + result["handoff_ms"]),
                          "measured_images_per_s": measured["images_per_s"]})
             print(json.dumps(rows[-1]))
     args.out.mkdir(parents=True, exist_ok=True)

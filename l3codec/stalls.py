@@ -11,8 +11,9 @@ For the user's dataset and loader settings it measures, each with the same worke
 With decode="gpu" and no GPU the loader rows measure the GPU path's host side (reading,
 validation, staging) with the decode stubbed, and say so.
 
-A step of `step_ms` per batch that overlaps its input perfectly (the loader prefetches) waits
-max(0, D - T) / max(D, T) of the time, where T is the step and D the loader's time per batch;
+A step of T ms per batch that overlaps its input (the loader prefetches) waits (P - T) / P of the
+time, with P = max(D, T + H): D is the loader's time per batch and H the main process's share
+of receiving a batch that is ready (measured too);
 the rate used is the warm one when the dataset fits in the memory available for the page
 cache, else the cold one. The bottleneck is storage when fetching alone is not much faster
 than the whole loader, otherwise the preparation (CPU decode, or the GPU path's host staging).
@@ -32,6 +33,7 @@ import numpy as np
 from .dataset import shard_name
 from .format import L3Error
 
+HANDOFFS = 3  # batches timed for the main process's own share of a ready batch
 # fetching alone must be this much faster than the whole loader for storage not to be its limit
 STORAGE_MARGIN = 1.25
 
@@ -87,18 +89,24 @@ def _stub_decode(staged, buffer, out, status, stream):
     """No decode: the GPU path's host side alone."""
 
 
-def _timed_epoch_prefix(batches, count: int, warmup: int) -> tuple:
-    """(images, seconds) over `count` batches after `warmup` untimed ones."""
+def _timed_epoch_prefix(batches, count: int, warmup: int, handoffs: int = 0) -> tuple:
+    """(images, seconds) over `count` batches after `warmup` untimed ones, and the mean seconds
+    that `handoffs` more batches take to arrive when each has had time to be ready."""
     iterator = iter(batches)
     for _ in range(warmup):
         next(iterator)
     images, start = 0, time.perf_counter()
     for _ in range(count):
-        batch = next(iterator, None)
-        if batch is None:
-            break
+        batch = next(iterator)
         images += len(batch["key"]) if isinstance(batch, dict) else len(batch)
-    return images, time.perf_counter() - start
+    seconds = time.perf_counter() - start
+    waits = []
+    for _ in range(handoffs):
+        time.sleep(2 * seconds / count)
+        before = time.perf_counter()
+        next(iterator)
+        waits.append(time.perf_counter() - before)
+    return images, seconds, (sum(waits) / len(waits) if waits else 0.0)
 
 
 def measure(root, *, split="train", fields=None, batch_size=16, workers=2, crop=None, decode="cpu",
@@ -111,7 +119,7 @@ def measure(root, *, split="train", fields=None, batch_size=16, workers=2, crop=
 
     dataset = L3Dataset(root, split=split, fields=fields, decode=decode, storage_options=storage_options)
     reader = dataset.reader
-    needed = (batches + warmup) * batch_size
+    needed = (batches + warmup + HANDOFFS) * batch_size
     if len(reader) < needed:
         raise L3Error(f"{len(reader)} samples in split {split!r}; {needed} are needed: lower --batches")
     shards = [] if reader.remote else [os.path.join(reader.root, reader.split, shard_name(int(s)))
@@ -122,15 +130,17 @@ def measure(root, *, split="train", fields=None, batch_size=16, workers=2, crop=
         loader = DataLoader(_FetchOnly(reader, dataset.fields), batch_size=batch_size, num_workers=workers,
                             shuffle=True, collate_fn=list, multiprocessing_context="forkserver" if workers else None,
                             generator=torch.Generator().manual_seed(0))
-        return _timed_epoch_prefix(loader, batches, warmup)
+        return _timed_epoch_prefix(loader, batches, warmup)[:2]
 
     def load():
         options = {} if cuda or decode == "cpu" else {"decode_step": _stub_decode}
         loader = Loader(dataset, batch_size, crop=crop, num_workers=workers, device="cuda" if cuda else "cpu",
                         **options)
-        return _timed_epoch_prefix(loader, batches, warmup)
+        images, seconds, handoff = _timed_epoch_prefix(loader, batches, warmup, HANDOFFS)
+        handoffs.append(handoff)
+        return images, seconds
 
-    rates = {}
+    rates, handoffs = {}, []
     for stage, run in (("fetch", fetch), ("loader", load)):
         for temperature in ("cold", "warm"):
             if temperature == "cold":
@@ -141,7 +151,7 @@ def measure(root, *, split="train", fields=None, batch_size=16, workers=2, crop=
     return {
         "rates": rates, "dataset_bytes": sizes, "images": len(reader), "batch_size": batch_size,
         "workers": workers, "decode": decode, "gpu": cuda, "remote": reader.remote,
-        "crop": repr(crop), "fits_in_memory": sizes <= _page_cache_bytes(),
+        "crop": repr(crop), "fits_in_memory": sizes <= _page_cache_bytes(), "handoff_ms": 1e3 * min(handoffs),
     }
 
 
@@ -158,12 +168,16 @@ def _page_cache_bytes() -> int:
 
 
 def predict(rates: dict, batch_size: int, step_ms: float, fits_in_memory: bool, decode: str = "cpu",
-            gpu: bool = False) -> Prediction:
-    """The fraction of time a step of step_ms per batch waits for data, and what limits the data."""
+            gpu: bool = False, handoff_ms: float = 0.0) -> Prediction:
+    """The fraction of time a step of step_ms per batch waits for data, and what limits the data.
+
+    The workers make a batch every data_ms; the main process takes handoff_ms to receive a ready
+    one, so an iteration lasts max(data_ms, step_ms + handoff_ms) and waits all but step_ms of it."""
     temperature = "warm" if fits_in_memory else "cold"
     loader, fetch = rates[f"loader, {temperature}"], rates[f"fetch, {temperature}"]
     data_ms = 1e3 * batch_size / loader.images_per_s
-    stall = max(0.0, data_ms - step_ms) / max(data_ms, step_ms) if max(data_ms, step_ms) > 0 else 0.0
+    period = max(data_ms, step_ms + handoff_ms)
+    stall = (period - step_ms) / period if period > 0 else 0.0
     if data_ms <= step_ms:
         bottleneck = "none: the step is slower than the data"
     elif fetch.images_per_s < STORAGE_MARGIN * loader.images_per_s:
@@ -188,6 +202,7 @@ def report(result: dict, predictions: list) -> str:
         "|---|---|",
     ]
     lines += [f"| {rate.stage} | {rate.images_per_s:.1f} |" for rate in result["rates"].values()]
+    lines += ["", f"A ready batch takes {result['handoff_ms']:.1f} ms to reach the training loop."]
     if predictions:
         lines += ["", "| step ms | data ms/batch | predicted wait | bottleneck |", "|---|---|---|---|"]
         lines += [f"| {p.step_ms:g} | {p.data_ms_per_batch:.1f} | {p.stall_fraction:.0%} | {p.bottleneck} |"
@@ -220,7 +235,7 @@ def main(argv=None) -> int:
         print(f"l3 stalls: {error}", file=sys.stderr)
         return 1
     predictions = [predict(result["rates"], args.batch_size, step, result["fits_in_memory"], args.decode,
-                           result["gpu"]) for step in args.step_ms]
+                           result["gpu"], result["handoff_ms"]) for step in args.step_ms]
     print(report(result, predictions))
     if args.json:
         payload = {**result, "rates": {k: {**asdict(v), "images_per_s": v.images_per_s}

@@ -12,7 +12,7 @@ from l3codec import stalls  # noqa: E402
 
 
 def test_the_analyzer_measures_every_stage_and_writes_its_predictions(tmp_path, capsys):
-    folder_tree(tmp_path / "src", per_class=4)
+    folder_tree(tmp_path / "src", per_class=7)
     convert("folder", tmp_path / "src", tmp_path / "dst", workers=0, progress=False)
     out = tmp_path / "stalls.json"
     code = stalls.main([str(tmp_path / "dst"), "--batch-size", "2", "--workers", "1", "--batches", "2",
@@ -23,7 +23,9 @@ def test_the_analyzer_measures_every_stage_and_writes_its_predictions(tmp_path, 
     assert all(rate["images"] == 4 and rate["images_per_s"] > 0 for rate in result["rates"].values())
     free, slow = result["predictions"]
     assert free["stall_fraction"] == 1.0  # a step of no time always waits
-    assert slow["bottleneck"].startswith("none") and slow["stall_fraction"] == 0.0  # 2 images a second suffice
+    assert slow["bottleneck"].startswith("none")  # 2 images a second suffice: only the hand-over waits
+    handoff = result["handoff_ms"]
+    assert 0 < handoff < 1000 and slow["stall_fraction"] == pytest.approx(handoff / (1000 + handoff))
     assert "| loader, warm |" in capsys.readouterr().out
 
 
@@ -42,3 +44,8 @@ def test_the_prediction_is_the_overlapped_wait_and_names_the_slower_stage():
     assert storage_bound.bottleneck.startswith("storage") and storage_bound.rate_used == "loader, cold"
     staging_bound = stalls.predict(_rates(fetch=100, loader=10), 4, 100.0, True, decode="gpu")
     assert staging_bound.bottleneck.startswith("host-side staging")
+
+
+def test_a_ready_batch_still_costs_its_hand_over():
+    step_bound = stalls.predict(_rates(fetch=100, loader=100), 4, 100.0, True, handoff_ms=10.0)
+    assert step_bound.stall_fraction == pytest.approx(10 / 110)
