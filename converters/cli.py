@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 
 EXAMPLES = """examples:
@@ -67,10 +69,27 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM (what schedulers and `docker stop` send), handled as Ctrl-C is."""
+
+
+def _terminate(signum, frame):
+    raise _Terminated()
+
+
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        return _run(args)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run(args) -> int:
     from l3codec.format import L3Error
 
+    from .executors import ExecutorError
     from .layouts import LayoutError
     from .pipeline import ConvertError, convert
 
@@ -93,12 +112,18 @@ def main(argv=None) -> int:
             shard_size=args.shard_size, workers=args.workers, scheduler=args.scheduler, verify=args.verify,
             resume=args.resume, max_side=args.max_side, resize_short=args.resize_short,
             exif_transpose=args.exif_transpose, progress=not args.no_progress, **options)
-    except KeyboardInterrupt:
-        print("l3convert: interrupted; finished shards are kept, rerun with --resume to finish", file=sys.stderr)
-        return 130
-    except (LayoutError, ConvertError, L3Error, ValueError, FileNotFoundError) as error:
+    except KeyboardInterrupt as stop:
+        terminated = isinstance(stop, _Terminated)
+        print(f"l3convert: {'terminated' if terminated else 'interrupted'}; finished shards are kept, "
+              "rerun with --resume to finish", file=sys.stderr)
+        return 143 if terminated else 130
+    except (LayoutError, ConvertError, ExecutorError, L3Error, ValueError, FileNotFoundError) as error:
         print(f"l3convert: {error}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader of our output went away (| head): not an error of ours
+        # Python flushes stdout again at exit; point it at devnull so that flush cannot fail too
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     print(summary)
     return 1 if any(failure["kind"] == "verify" for failure in summary.failures) else 0
 

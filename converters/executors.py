@@ -12,8 +12,15 @@ import concurrent.futures
 import multiprocessing
 import os
 import signal
+import threading
+import time
 
 _progress_queue = None  # set in each pool process: where per-image progress goes
+SCHEDULER_CONNECT_TIMEOUT_S = 10.0
+
+
+class ExecutorError(RuntimeError):
+    """The executor cannot start (no scheduler at the address, a missing extra)."""
 
 
 def progress_sink():
@@ -21,13 +28,27 @@ def progress_sink():
     return _progress_queue
 
 
-def _init_pool_process(queue) -> None:
+def _init_pool_process(queue, coordinator: int) -> None:
     global _progress_queue
     _progress_queue = queue
+    # the pool's processes are children of the forkserver, not of the coordinator: they watch it
+    # themselves, so that a coordinator killed outright (SIGKILL, OOM) leaves no process behind
+    threading.Thread(target=_exit_when_gone, args=(coordinator,), daemon=True, name="coordinator-watch").start()
     # Ctrl-C reaches the whole process group: the coordinator handles it and stops the workers.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # One Numba thread per process, so N processes use N cores and do not oversubscribe them.
     os.environ["NUMBA_NUM_THREADS"] = "1"
+
+
+def _exit_when_gone(pid: int, interval: float = 1.0) -> None:
+    while True:
+        time.sleep(interval)
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            os._exit(1)
+        except PermissionError:  # alive, as another user: cannot be ours, but it exists
+            pass
 
 
 class InlineExecutor:
@@ -65,7 +86,7 @@ class PoolExecutor:
         self.progress_queue = context.Queue()
         self.workers = workers
         self._pool = concurrent.futures.ProcessPoolExecutor(
-            workers, mp_context=context, initializer=_init_pool_process, initargs=(self.progress_queue,)
+            workers, mp_context=context, initializer=_init_pool_process, initargs=(self.progress_queue, os.getpid())
         )
 
     def submit(self, fn, /, *args, **kwargs):
@@ -87,12 +108,17 @@ class DaskExecutor:
     progress_queue = None
     parallel = True
 
-    def __init__(self, address):
+    def __init__(self, address, connect_timeout: float | None = None):
+        connect_timeout = SCHEDULER_CONNECT_TIMEOUT_S if connect_timeout is None else connect_timeout
         try:
             from distributed import Client
-        except ImportError as error:
-            raise RuntimeError("--scheduler needs Dask distributed: pip install 'l3codec[convert]'") from error
-        self._client = Client(address, set_as_default=False)
+        except ImportError:
+            raise ExecutorError("--scheduler needs Dask distributed: pip install 'l3codec[convert]'") from None
+        try:
+            self._client = Client(address, set_as_default=False, timeout=connect_timeout)
+        except (OSError, TimeoutError, ValueError) as error:
+            raise ExecutorError(f"no Dask scheduler answered at {address} within {connect_timeout:g} s "
+                                f"({type(error).__name__})") from None
         self.workers = max(1, len(self._client.scheduler_info().get("workers", {})))
 
     def submit(self, fn, /, *args, **kwargs):

@@ -295,18 +295,25 @@ def _plan_fingerprint(layout_name: str, tasks: list, byte_options: dict) -> str:
     return digest.hexdigest()
 
 
-def _destination_error(error: OSError, dst: str) -> ConvertError:
+def _destination_error(error: OSError, dst: str, written: bool = True) -> ConvertError:
+    """What went wrong writing to dst; with written=False nothing was converted yet, so there is
+    nothing to resume."""
     reasons = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exhausted",
                errno.EROFS: "it is on a read-only filesystem", errno.EACCES: "permission denied",
-               errno.EPERM: "permission denied"}
+               errno.EPERM: "permission denied", errno.ENOTDIR: "a path on the way is a file, not a directory",
+               errno.EEXIST: "it exists and is not a directory"}
     reason = reasons.get(error.errno, error.strerror or str(error))
-    return ConvertError(f"cannot write the dataset to {dst}: {reason} ({error.filename or dst}); "
-                        "finished shards are kept, free space or fix the destination and rerun with --resume")
+    advice = ("finished shards are kept, free space or fix the destination and rerun with --resume" if written
+              else "nothing was written; choose a writable directory")
+    return ConvertError(f"cannot write the dataset to {dst}: {reason} ({error.filename or dst}); {advice}")
 
 
-def _prepare_destination(dst: str, fingerprint: str, resume: bool, splits) -> None:
+def _prepare_destination(dst: str, fingerprint: str, resume: bool, splits):
+    """Check dst, take its lock and write the plan; returns the lock (held until it is closed)."""
     work = os.path.join(dst, WORK_DIR)
     plan_path = os.path.join(work, "plan.json")
+    if os.path.exists(dst) and not os.path.isdir(dst):
+        raise ConvertError(f"{dst} exists and is not a directory; nothing was written")
     if os.path.exists(os.path.join(dst, dataset.MANIFEST_NAME)) and not resume:
         raise ConvertError(f"{dst} already holds a converted dataset; delete it first "
                            "(or pass --resume to check it is complete)")
@@ -325,13 +332,37 @@ def _prepare_destination(dst: str, fingerprint: str, resume: bool, splits) -> No
         if previous != fingerprint:
             raise ConvertError(f"the sources or options changed since the interrupted conversion in {dst}; "
                                "--resume needs the same ones (or delete the directory to start over)")
+    fresh = not os.path.isdir(work)
     try:
+        os.makedirs(work, exist_ok=True)
+        lock = _lock_destination(dst, work)
         for split in splits:
             os.makedirs(os.path.join(work, split), exist_ok=True)
             os.makedirs(os.path.join(dst, split), exist_ok=True)
         dataset.write_atomic(plan_path, json.dumps({"fingerprint": fingerprint}).encode())
     except OSError as error:
-        raise _destination_error(error, dst) from error
+        raise _destination_error(error, dst, written=not fresh) from error
+    return lock
+
+
+def _lock_destination(dst: str, work: str):
+    """An exclusive lock on dst's work directory for this run: a second run into dst is refused,
+    naming the process that holds it. Released when the returned file is closed or the process ends."""
+    import fcntl
+
+    file = open(os.path.join(work, "lock"), "a+")
+    try:
+        fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        file.seek(0)
+        holder = file.read().strip() or "unknown"
+        file.close()
+        raise ConvertError(f"another l3convert run (pid {holder}) is writing to {dst}; wait for it or stop it") from None
+    file.seek(0)
+    file.truncate()
+    file.write(str(os.getpid()))
+    file.flush()
+    return file
 
 
 class _Progress:
@@ -417,7 +448,22 @@ def convert(layout: str, src, dst, /, *, split: str | None = None, mode: str = "
     fingerprint = _plan_fingerprint(found.name, tasks, byte_options)
     if resume and os.path.exists(os.path.join(dst, dataset.MANIFEST_NAME)):
         return _summary_from_manifest(dst, fingerprint, started)
-    _prepare_destination(dst, fingerprint, resume, found.splits)
+    executor = executors.make_executor(workers, scheduler)  # before anything is written: a scheduler may not answer
+    try:
+        lock = _prepare_destination(dst, fingerprint, resume, found.splits)
+    except BaseException:
+        executor.shutdown(cancel=True)
+        raise
+    try:
+        return _convert_tasks(found, src, dst, tasks, executor, byte_options, verify, resume, progress,
+                              fingerprint, started)
+    finally:
+        lock.close()
+
+
+def _convert_tasks(found, src, dst, tasks, executor, byte_options, verify, resume, progress, fingerprint,
+                   started) -> Summary:
+    """Run the shards not finished yet on executor, then write the indexes and the manifest."""
     worker_options = {**byte_options, "verify": verify}
     records = {}
     pending = []
@@ -428,7 +474,6 @@ def convert(layout: str, src, dst, /, *, split: str | None = None, mode: str = "
         else:
             pending.append(task)
     reused = len(records)
-    executor = executors.make_executor(workers, scheduler)
     bar = _Progress(sum(len(task.samples) for task in tasks), progress, executor.progress_queue)
     bar.advance(sum(len(task.samples) for task in tasks if (task.split, task.number) in records), 0)
     interrupted = True

@@ -247,7 +247,9 @@ def test_inspect_checks_checksums_and_decodes_deeply(tmp_path, capsys):
     assert l3convert(["inspect", str(tmp_path / "dst")]) == 1
 
 
-def test_ctrl_c_stops_a_pool_run_cleanly_and_resume_finishes_it(tmp_path):
+def _blocked_pool_run(tmp_path):
+    """A 2-worker l3convert child (SIGINT at its default whatever this process has) with 9 shards
+    finished and one worker blocked on shard 6 until stopped; (process, dst, expected)."""
     expected = folder_tree(tmp_path / "src", per_class=5)
     dst = tmp_path / "dst"
     (dst / "train").mkdir(parents=True)
@@ -255,22 +257,123 @@ def test_ctrl_c_stops_a_pool_run_cleanly_and_resume_finishes_it(tmp_path):
     os.mkfifo(blocker)  # one worker blocks on shard 6 until interrupted
     command = [sys.executable, "-m", "l3codec.converters.cli", "folder", str(tmp_path / "src"), str(dst),
                "--workers", "2", "--shard-size", "1", "--resume", "--no-progress"]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     records = dst / ".l3convert" / "train"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and process.poll() is None and not (
             records.is_dir() and len(list(records.glob("*.json"))) == 9):
         time.sleep(0.05)
-    assert process.poll() is None, process.stderr.read()
-    os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole process group
-    _, error = process.communicate(timeout=60)
-    assert process.returncode == 130
-    assert b"interrupted; finished shards are kept" in error and b"Traceback" not in error
+    return process, dst, expected
+
+
+def _descendants(pid):
+    import psutil
+
+    return psutil.Process(pid).children(recursive=True)
+
+
+def _alive(processes):
+    import psutil
+
+    return [p.pid for p in processes if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+@pytest.mark.parametrize("stop", ["ctrl-c", "sigterm"])
+def test_ctrl_c_or_sigterm_stops_a_pool_run_cleanly_and_resume_finishes_it(tmp_path, stop):
+    process, dst, expected = _blocked_pool_run(tmp_path)
+    try:
+        assert process.poll() is None, process.stderr.read()
+        helpers = _descendants(process.pid)
+        if stop == "ctrl-c":
+            os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole process group
+        else:
+            process.send_signal(signal.SIGTERM)  # what schedulers and `docker stop` send: the coordinator alone
+        _, error = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == (130 if stop == "ctrl-c" else 143)
+    word = b"interrupted" if stop == "ctrl-c" else b"terminated"
+    assert word + b"; finished shards are kept" in error and b"Traceback" not in error
+    deadline = time.monotonic() + 15
+    while _alive(helpers) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _alive(helpers)
     assert not (dst / "manifest.json").exists()
-    blocker.unlink()
+    (dst / "train" / "shard-000006.tar.tmp").unlink()
     summary = convert("folder", tmp_path / "src", dst, workers=0, shard_size="1", resume=True, progress=False)
     assert summary.shards_reused == 9 and summary.samples == 10
     assert_matches_source(dst, expected)
+
+
+def test_a_coordinator_killed_outright_leaves_no_process_behind(tmp_path):
+    """SIGKILL gives the coordinator no chance to stop anything: the pool's processes (children of
+    the forkserver) watch it and exit; the forkserver and the resource tracker follow."""
+    process, _, _ = _blocked_pool_run(tmp_path)
+    try:
+        assert process.poll() is None, process.stderr.read()
+        helpers = _descendants(process.pid)
+        assert len(helpers) >= 3  # the forkserver, the resource tracker, the workers
+        process.kill()
+        process.wait(timeout=30)  # not communicate: the survivors would hold its pipes open
+        deadline = time.monotonic() + 20
+        while _alive(helpers) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _alive(helpers)
+    finally:
+        for pid in _alive(helpers if "helpers" in locals() else []):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_a_second_run_into_the_same_destination_is_refused_naming_the_first(tmp_path, capsys):
+    process, dst, _ = _blocked_pool_run(tmp_path)
+    try:
+        assert process.poll() is None, process.stderr.read()
+        code = l3convert(["folder", str(tmp_path / "src"), str(dst), "--workers", "0", "--shard-size", "1",
+                          "--resume", "--no-progress"])
+        assert code == 2
+        assert f"another l3convert run (pid {process.pid}) is writing to" in capsys.readouterr().err
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+def test_an_unreachable_scheduler_is_one_line_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    import socket
+
+    from l3codec.converters import executors
+
+    folder_tree(tmp_path / "src")
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+    monkeypatch.setattr(executors, "SCHEDULER_CONNECT_TIMEOUT_S", 2.0)
+    code = l3convert(["folder", str(tmp_path / "src"), str(tmp_path / "dst"), "--scheduler",
+                      f"tcp://127.0.0.1:{port}", "--no-progress"])
+    error = capsys.readouterr().err
+    assert code == 2 and error.count("\n") == 1, error
+    assert f"no Dask scheduler answered at tcp://127.0.0.1:{port}" in error
+    assert not (tmp_path / "dst").exists()
+
+
+def test_a_destination_that_is_a_file_is_refused_without_advice_to_resume(tmp_path, capsys):
+    folder_tree(tmp_path / "src")
+    (tmp_path / "dst").write_text("not a directory")
+    code = l3convert(["folder", str(tmp_path / "src"), str(tmp_path / "dst"), "--workers", "0", "--no-progress"])
+    error = capsys.readouterr().err
+    assert code == 2 and "exists and is not a directory; nothing was written" in error
+    assert "--resume" not in error
+
+
+def test_inspect_into_a_closed_pipe_prints_no_traceback(tmp_path):
+    folder_tree(tmp_path / "src")
+    convert("folder", tmp_path / "src", tmp_path / "dst", workers=0, progress=False)
+    child = subprocess.Popen([sys.executable, "-m", "l3codec.converters.cli", "inspect", str(tmp_path / "dst")],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    child.stdout.close()  # as `| head` does once it has read enough: here before the first write
+    error = child.stderr.read().decode()
+    assert child.wait(timeout=120) == 141 and "Traceback" not in error and "BrokenPipe" not in error, error
 
 
 def test_verify_reports_a_sample_whose_l3_pixels_differ_and_writes_nothing_for_it(tmp_path, monkeypatch, capsys):
