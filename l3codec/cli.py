@@ -95,10 +95,11 @@ def _output_name(source: Path, command: str, into_directory: bool) -> str:
     return source.with_suffix(OUTPUT_SUFFIX[command]).name
 
 
-def _plan_outputs(args, inputs: list) -> list:
-    """The output path of every input, checked together before anything is written: a wrong
-    suffix, -o naming a file for several inputs, or two inputs (or an input and an output)
-    sharing a path refuse the whole command. Creates the output directory last."""
+def _plan_outputs(args, inputs: list) -> tuple:
+    """(output path of every input, the directory created or None), checked together before
+    anything is written: a wrong suffix, -o naming a file for several inputs, or two inputs (or
+    an input and an output) sharing a path refuse the whole command. Creates the output
+    directory last."""
     suffix = OUTPUT_SUFFIX[args.command]
     out = args.output
     names_directory = out is not None and out.endswith(("/", os.sep))
@@ -135,17 +136,28 @@ def _plan_outputs(args, inputs: list) -> list:
             first_source[key] = source
     if problems:
         raise _Refused(problems)
+    created = None
+    if into_directory and not directory.exists():
+        created = directory
     if into_directory:
         try:
             directory.mkdir(parents=True, exist_ok=True)
         except OSError as error:
             reason = f"cannot create the output directory: {error.strerror or error}"
             raise _Refused([(out, reason)]) from None
-    return targets
+    return targets, created
 
 
 def _same_file_key(path: Path) -> str:
     return os.path.normcase(str(path.resolve()))
+
+
+def _read_input(source: Path) -> bytes:
+    """An input's bytes; a FIFO or a device is refused rather than read (a FIFO would
+    block the whole command until something writes to it)."""
+    if source.exists() and not source.is_file() and not source.is_dir():
+        raise _Failure("not a regular file (a FIFO or a device): skipped")
+    return source.read_bytes()  # a directory or a missing file: the OSError names it
 
 
 def _refuse_existing(target: Path, force: bool) -> None:
@@ -178,7 +190,7 @@ def _percent(part: int, whole: int) -> str:
 
 def _encode(args, source: Path, target: Path) -> None:
     _refuse_existing(target, args.force)
-    image, notes = sources.read(source.read_bytes())
+    image, notes = sources.read(_read_input(source))
     data = encode(image, mode=args.mode, tile_width=args.tile_width, tile_height=args.tile_height)
     _write_output(target, data, args.force)
     if notes:
@@ -202,13 +214,13 @@ def _parse_region(text: str) -> tuple:
 
 def _decode(args, source: Path, target: Path) -> None:
     _refuse_existing(target, args.force)
-    image = decode(source.read_bytes(), region=args.region)
+    image = decode(_read_input(source), region=args.region, max_pixels=args.max_pixels)
     _write_output(target, _png_bytes(image), args.force)  # PNG only: other formats OpenCV writes may be lossy
     print(f"{source} -> {target}: shape {image.shape} {image.dtype}")
 
 
 def _info(args, source: Path, _target=None) -> None:
-    facts = info(source.read_bytes())
+    facts = info(_read_input(source))
     if args.json:
         record = {"path": str(source), **dataclasses.asdict(facts), "shape": list(facts.shape)}
         print(json.dumps(record))
@@ -223,7 +235,7 @@ def _info(args, source: Path, _target=None) -> None:
 
 
 def _check(args, source: Path, _target=None) -> None:
-    decode(source.read_bytes())
+    decode(_read_input(source), max_pixels=args.max_pixels)
     print(f"{source}: OK")
 
 
@@ -300,11 +312,20 @@ def _parser() -> argparse.ArgumentParser:
         "--region", type=_parse_region, metavar="Y,X,H,W",
         help="decode only this window: top row, left column, height, width"
     )
+    _add_max_pixels(command)
 
     command = _add_command(sub, "info", "print header facts", _info)
     command.add_argument("--json", action="store_true", help="one JSON object per line")
-    _add_command(sub, "check", "verify that files decode cleanly (exit status 1 if not)", _check)
+    command = _add_command(sub, "check", "verify that files decode cleanly (exit status 1 if not)", _check)
+    _add_max_pixels(command)
     return parser
+
+
+def _add_max_pixels(command) -> None:
+    command.add_argument(
+        "--max-pixels", type=int, default=fmt.MAX_PIXELS, metavar="N",
+        help=f"refuse an image (or region) of more pixels, from its header (default {fmt.MAX_PIXELS})",
+    )
 
 
 def _attach_region_values(argv: list) -> list:
@@ -324,10 +345,10 @@ def _attach_region_values(argv: list) -> list:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(_attach_region_values(sys.argv[1:] if argv is None else argv))
     inputs = [Path(name) for name in args.inputs]
-    targets = [None] * len(inputs)
+    targets, created = [None] * len(inputs), None
     if args.command in OUTPUT_SUFFIX:
         try:
-            targets = _plan_outputs(args, inputs)
+            targets, created = _plan_outputs(args, inputs)
         except _Refused as refused:
             for path, reason in refused.problems:
                 print(f"l3: {path}: {reason}", file=sys.stderr)
@@ -344,8 +365,12 @@ def main(argv: list[str] | None = None) -> int:
             path, reason = source, str(error)
         except OSError as error:  # reading an input (writes are _Failure): the file named, or the input
             path, reason = error.filename or source, error.strerror or str(error)
+        except MemoryError:
+            path, reason = source, "not enough memory to hold this image"
         print(f"l3: {path}: {reason}", file=sys.stderr)
         status = 1
+    if created is not None and not any(created.iterdir()):
+        created.rmdir()  # every input failed: leave no empty directory behind
     return status
 
 

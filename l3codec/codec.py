@@ -99,11 +99,11 @@ def info(data, /) -> fmt.Info:
     return fmt.parse(data, verify=False).info
 
 
-def check(data, /) -> bool:
+def check(data, /, *, max_pixels: int = fmt.MAX_PIXELS) -> bool:
     """True if data is a valid L3 image that decodes cleanly; TypeError if data is not a buffer."""
     require_buffer(data)
     try:
-        decode(data)
+        decode(data, max_pixels=max_pixels)
     except L3Error:
         return False
     return True
@@ -139,7 +139,7 @@ def _check_out(out, shape: tuple, dtype: np.dtype) -> None:
         raise L3Error("out must be writeable, not a read-only array")
 
 
-def decode(data, /, *, region=None, out=None, verify: bool = True) -> np.ndarray:
+def decode(data, /, *, region=None, out=None, verify: bool = True, max_pixels: int = fmt.MAX_PIXELS) -> np.ndarray:
     """Decode an L3 image to HWC (HW for one channel) uint8/uint16.
 
     region=(y, x, h, w) decodes only the tiles that intersect it and returns that window.
@@ -147,6 +147,8 @@ def decode(data, /, *, region=None, out=None, verify: bool = True) -> np.ndarray
     any strides (a view into a larger buffer works), checked before decoding. data that is not
     bytes-like raises TypeError.
     verify=False skips the payload checksum (headers and sizes are always checked).
+    max_pixels: a larger image (or region) is refused from its header, before anything is
+    allocated: a few kilobytes of L3 can describe gigabytes of pixels.
     """
     from . import cpu
 
@@ -156,6 +158,8 @@ def decode(data, /, *, region=None, out=None, verify: bool = True) -> np.ndarray
     if region is None:
         region = (0, 0, info.height, info.width)
     region = check_region(info, region)
+    if region[2] * region[3] > max_pixels:
+        raise L3Error(f"{region[2]}x{region[3]} pixels exceed max_pixels={max_pixels}")
     streams, origin, size = region_streams(info, region)
     y, x, h, w = region
     shape = (h, w) if info.channels == 1 else (h, w, info.channels)

@@ -24,6 +24,9 @@ Each change is returned as a short note, the same text everywhere: the ``l3`` to
 from __future__ import annotations
 
 import io
+import struct
+import threading
+import zlib
 
 import numpy as np
 
@@ -36,7 +39,8 @@ TRANSPARENT_COLOUR_NOTE = "transparent colour (tRNS) {outcome}"
 EXIF_NOTE = "EXIF orientation applied"
 FRAMES_NOTE = "first of {frames} frames kept"
 
-_SIGNATURES = ((b"\x89PNG\r\n\x1a\n", "PNG"), (b"\xff\xd8", "JPEG"), (b"GIF8", "GIF"), (b"BM", "BMP"),
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+_SIGNATURES = ((PNG_SIGNATURE, "PNG"), (b"\xff\xd8", "JPEG"), (b"GIF8", "GIF"), (b"BM", "BMP"),
                (b"II*\x00", "TIFF"), (b"MM\x00*", "TIFF"), (b"RIFF", "WebP"))
 _ORIENTATION = 0x0112  # the EXIF tag
 _KEPT_MODES = ("L", "LA", "RGB", "RGBA", "I;16", "I;16L", "I;16B")
@@ -81,15 +85,25 @@ def image_array(image) -> tuple:
 
 
 def read(data: bytes, /, *, exif_transpose: bool = False) -> tuple:
-    """(HW or HWC RGB(A) array, list of notes) from an image file's bytes; UnreadableSource if bad."""
+    """(HW or HWC RGB(A) array, list of notes) from an image file's bytes; UnreadableSource if bad.
+
+    A PNG is refused when a chunk's CRC is wrong, a chunk is cut short or IEND is missing, even
+    if every pixel happens to be there: a damaged file is not a trusted source.
+    """
     from PIL import Image, ImageOps
 
     if not data:
         raise UnreadableSource("empty file (0 bytes)")
-    Image.MAX_IMAGE_PIXELS = MAX_PIXELS
+    if data.startswith(PNG_SIGNATURE):
+        problem = _png_structure_problem(data)
+        if problem:
+            raise UnreadableSource(f"truncated or corrupt PNG file ({problem})")
     try:
-        with Image.open(io.BytesIO(data)) as image:
-            wide_colour, rawmode = _pillow_narrows(image), _rawmode(image)  # load() forgets both
+        with _open_image(data) as image:
+            width, height = image.size
+            if width * height > MAX_PIXELS:
+                raise UnreadableSource(f"{width}x{height} is larger than L3's {MAX_PIXELS} pixels")
+            wide_samples, rawmode = _pillow_narrows(image), _rawmode(image)  # load() forgets both
             frames = getattr(image, "n_frames", 1)  # counting seeks, and comes back to frame 0
             image.load()  # the whole file: Pillow raises on truncated or corrupt data
             notes = [FRAMES_NOTE.format(frames=frames)] if frames > 1 else []
@@ -101,23 +115,62 @@ def read(data: bytes, /, *, exif_transpose: bool = False) -> tuple:
                     image = transposed
             array, mode_notes = image_array(image)
             keyed = image.mode == "RGB" and "transparency" in image.info
+            grey_alpha = rawmode.startswith("LA;16")  # Pillow opens it as 8-bit RGBA
     except UnreadableSource:
         raise
-    except Image.DecompressionBombError as error:
-        raise UnreadableSource(f"larger than L3's {MAX_PIXELS} pixels: {error}") from None
-    except Exception as error:  # noqa: BLE001 - Pillow raises many types for bad files
+    except _BAD_DATA_ERRORS as error:
         kind = _signature_format(data)
         if kind is None:
             raise UnreadableSource("not an image format Pillow can read") from None
         reason = "Pillow cannot read it" if isinstance(error, Image.UnidentifiedImageError) else error
         raise UnreadableSource(f"truncated or corrupt {kind} file ({reason})") from None
-    if wide_colour:
-        array = _orient(_opencv_16bit_colour(data), orientation if EXIF_NOTE in notes else 1)
-        outcome = "made an alpha channel" if array.shape[2] == 4 else "dropped"
-        mode_notes = [TRANSPARENT_COLOUR_NOTE.format(outcome=outcome)] if keyed else []
+    if wide_samples:
+        array = _orient(_opencv_16bit(data), orientation if EXIF_NOTE in notes else 1)
+        if grey_alpha:  # OpenCV expands grey+alpha to BGRA: grey is any of the first three
+            array = np.ascontiguousarray(array[..., [0, 3]])
+            mode_notes = []
+        else:
+            outcome = "made an alpha channel" if array.shape[2] == 4 else "dropped"
+            mode_notes = [TRANSPARENT_COLOUR_NOTE.format(outcome=outcome)] if keyed else []
     elif rawmode.startswith(("L;2", "L;4")):  # Pillow scales these to 8 bits silently
         mode_notes.append(LOW_BITS_NOTE.format(bits=int(rawmode[2])))
     return array, notes + mode_notes
+
+
+# What Pillow raises on bad data (a bug in our code raises something else and is not hidden).
+_BAD_DATA_ERRORS = (OSError, SyntaxError, ValueError, EOFError, IndexError, struct.error, zlib.error)
+_PILLOW_LIMIT = threading.Lock()
+
+
+def _open_image(data: bytes):
+    """Image.open without Pillow's process-wide decompression-bomb limit, which read() replaces
+    with its own check of the header's size; the limit is lifted only around this call."""
+    from PIL import Image
+
+    with _PILLOW_LIMIT:
+        limit, Image.MAX_IMAGE_PIXELS = Image.MAX_IMAGE_PIXELS, None
+        try:
+            return Image.open(io.BytesIO(data))
+        finally:
+            Image.MAX_IMAGE_PIXELS = limit
+
+
+def _png_structure_problem(data: bytes) -> str | None:
+    """What is wrong with a PNG's chunk structure (a CRC, a chunk cut short, no IEND), or None."""
+    at = len(PNG_SIGNATURE)
+    while at + 8 <= len(data):
+        length, = struct.unpack_from(">I", data, at)
+        kind = data[at + 4:at + 8]
+        end = at + 8 + length + 4
+        if end > len(data):
+            return f"{kind.decode('latin-1')} chunk cut short"
+        crc, = struct.unpack_from(">I", data, end - 4)
+        if zlib.crc32(data[at + 4:end - 4]) != crc:
+            return f"{kind.decode('latin-1')} chunk CRC mismatch"
+        if kind == b"IEND":
+            return None
+        at = end
+    return "file ends before its IEND chunk"
 
 
 def _signature_format(data: bytes) -> str | None:
@@ -137,7 +190,8 @@ def _rawmode(image) -> str:
 
 
 def _pillow_narrows(image) -> bool:
-    """Whether Pillow would narrow 16-bit colour samples to its 8-bit RGB(A) (PNG, TIFF, PPM)."""
+    """Whether Pillow would narrow 16-bit colour or grey+alpha samples to its 8-bit RGB(A) (PNG,
+    TIFF, PPM)."""
     if image.mode not in ("RGB", "RGBA") or not image.tile:
         return False
     args = image.tile[0].args
@@ -146,13 +200,13 @@ def _pillow_narrows(image) -> bool:
     return ";16" in _rawmode(image)
 
 
-def _opencv_16bit_colour(data: bytes) -> np.ndarray:
-    """A 16-bit RGB(A) file's pixels, unnarrowed (Pillow has already checked the file is whole)."""
+def _opencv_16bit(data: bytes) -> np.ndarray:
+    """A 16-bit RGB(A) or grey+alpha file's pixels as RGB(A), unnarrowed (Pillow has already checked the file is whole)."""
     import cv2
 
     array = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
     if array is None or array.ndim != 3 or array.dtype != np.uint16:
-        raise UnreadableSource("OpenCV cannot decode this 16-bit colour image")
+        raise UnreadableSource("OpenCV cannot decode this 16-bit image")
     code = cv2.COLOR_BGRA2RGBA if array.shape[2] == 4 else cv2.COLOR_BGR2RGB
     return cv2.cvtColor(array, code)
 

@@ -338,7 +338,9 @@ def test_truncated_source_is_refused_not_filled(tmp_path, capsys, name, channels
     source.write_bytes(data[: len(data) * 2 // 3])
     assert main(["encode", str(source)]) == 1
     err = capsys.readouterr().err.splitlines()
-    assert len(err) == 1 and err[0].startswith(f"l3: {source}: truncated or corrupt {source.suffix[1:].replace('jpg', 'JPEG').upper()} file (image file is truncated")
+    kind = source.suffix[1:].replace("jpg", "JPEG").upper()
+    reason = "IDAT chunk cut short" if kind == "PNG" else "image file is truncated"  # PNG: its chunk walk
+    assert len(err) == 1 and err[0].startswith(f"l3: {source}: truncated or corrupt {kind} file ({reason}")
     assert not source.with_suffix(".l3").exists()
 
 
@@ -376,7 +378,7 @@ def test_a_damaged_source_is_one_line_naming_its_format(tmp_path, capfd):
     names = ["half.png", "ifd.tif", "text.png"]
     assert main(["encode", *(str(tmp_path / n) for n in names)]) == 1
     assert capfd.readouterr().err.splitlines() == [
-        f"l3: {tmp_path / 'half.png'}: truncated or corrupt PNG file (image file is truncated)",
+        f"l3: {tmp_path / 'half.png'}: truncated or corrupt PNG file (IDAT chunk cut short)",
         f"l3: {tmp_path / 'ifd.tif'}: truncated or corrupt TIFF file (Pillow cannot read it)",
         f"l3: {tmp_path / 'text.png'}: not an image format Pillow can read",
     ]
