@@ -36,16 +36,18 @@ def _parser() -> argparse.ArgumentParser:
         "imagenet": "train/{wnid}/*.JPEG; val/ as wnid folders or flat with LOC_val_solution.csv",
     }
     for name, help_text in layouts.items():
-        command = commands.add_parser(name, help=help_text, description=help_text,
-                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        command = commands.add_parser(name, help=help_text, description=help_text)
         command.add_argument("src", help="the source tree")
         command.add_argument("dst", help="the new dataset directory (must be new or empty, unless --resume)")
         command.add_argument("--split", help="convert only this split (folder: the split name to use)"
                              + (" [default: train]" if name == "folder" else " [default: every split found]"))
         command.add_argument("--mode", choices=("compact", "fast"), default="compact",
-                             help="L3 mode for images; label maps are always compact")
+                             help="L3 mode for images [default: compact]"
+                             + ("; label maps are always compact" if name == "cityscapes" else ""))
         command.add_argument("--tile-width", type=_positive, help="L3 tile width (default: the mode's)")
-        command.add_argument("--shard-size", default="256MB", help="about this many bytes per shard (256MB, 1MB)")
+        command.add_argument("--shard-size", default="auto",
+                             help="about this many bytes per shard (256MB, 1MB) [default: auto: a split in 16 "
+                             "shards of 1MB to 256MB, so every worker is busy on a small dataset]")
         command.add_argument("--workers", type=int, help="processes (default: all cores; 0 or 1: in this process)")
         command.add_argument("--scheduler", metavar="ADDRESS", help="run on this Dask distributed scheduler")
         command.add_argument("--verify", action="store_true", help="decode every written sample and compare it "
@@ -56,8 +58,12 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument("--exif-transpose", action="store_true",
                              help="apply EXIF orientation (default: pixels as stored, as torchvision's ImageFolder)")
         command.add_argument("--no-progress", action="store_true", help="no progress bar")
+        if name == "folder":
+            command.add_argument("--force", action="store_true",
+                                 help="convert a tree laid out as Cityscapes or ImageNet as classes anyway")
         if name == "cityscapes":
-            command.add_argument("--annotations", choices=("gtFine", "gtCoarse"), default="gtFine")
+            command.add_argument("--annotations", choices=("gtFine", "gtCoarse"), default="gtFine",
+                                 help="[default: gtFine]")
         if name == "imagenet":
             command.add_argument("--val-labels", help="ground truth for a flat val/ (LOC_val_solution.csv or "
                                  "'file wnid' lines; default: found in SRC)")
@@ -105,7 +111,7 @@ def _run(args) -> int:
             else:
                 print(report_text(report))
             return 0 if report["ok"] else 1
-        options = {name: getattr(args, name) for name in ("annotations", "val_labels", "synset_words")
+        options = {name: getattr(args, name) for name in ("annotations", "val_labels", "synset_words", "force")
                    if hasattr(args, name)}
         summary = convert(
             args.command, args.src, args.dst, split=args.split, mode=args.mode, tile_width=args.tile_width,

@@ -89,12 +89,34 @@ def _images_under(directory: str) -> list:
     return sorted(found)
 
 
-def find_folder(src: str, *, split: str | None = None, **_) -> Layout:
-    """An ImageFolder tree (class = sorted directory names, as torchvision) or plain unlabelled images."""
+def _other_layout(src: str, classes: list) -> str | None:
+    """The layout a tree matches when it is not an ImageFolder tree: its "classes" would be a
+    dataset's own folders (leftImg8bit and gtFine, or ImageNet's splits of wnid folders)."""
+    if "leftImg8bit" in classes and ({"gtFine", "gtCoarse"} & set(classes)):
+        return "cityscapes"
+    for split in {"train", "val"} & set(classes):
+        inside = [entry.name for entry in os.scandir(os.path.join(src, split)) if entry.is_dir()]
+        if inside and all(re.fullmatch(r"n\d{8}", name) for name in inside):
+            return "imagenet"
+    return None
+
+
+def find_folder(src: str, *, split: str | None = None, force: bool = False, **_) -> Layout:
+    """An ImageFolder tree (class = sorted directory names, as torchvision) or plain unlabelled images.
+
+    A tree laid out as Cityscapes or ImageNet is refused unless force: its "classes" would be
+    the dataset's own folders (label maps mixed with photographs as training images)."""
     _require_dir(src, "a folder of images or of class directories")
     entries = sorted((entry for entry in os.scandir(src) if _visible(entry)), key=lambda entry: entry.name)
     classes = [entry.name for entry in entries if entry.is_dir()]
     files = [entry.name for entry in entries if entry.is_file() and _is_image(entry.name)]
+    other = None if force else _other_layout(src, classes)
+    if other:
+        raise LayoutError(
+            f"{src} is laid out as {other} (folders {', '.join(classes[:4])}), not as an ImageFolder tree "
+            f"of classes: convert it with 'l3convert {other} SRC DST' (or pass --force to take its folders "
+            "as classes)"
+        )
     if classes and files:
         raise LayoutError(
             f"expected either class directories or plain image files in {src}, found both "

@@ -32,7 +32,7 @@ from . import executors
 from .layouts import find_layout
 from .pixels import LOSSY_SUFFIXES, resize, target_size
 
-WORK_DIR = ".l3convert"
+WORK_DIR = dataset.CONVERSION_WORK_DIR
 LABEL_FIELDS = ("labelIds", "instanceIds", "color")  # always stored compact, never resized smoothly
 LOSSY_EXPANSION = 4  # planning guess: L3 bytes per byte of JPEG/WebP source (lossless sources: 1)
 CONVERTER_VERSION = 1
@@ -42,8 +42,15 @@ class ConvertError(RuntimeError):
     """The conversion cannot go on (destination unusable, plan changed under --resume, ...)."""
 
 
-def parse_size(text) -> int:
-    """'256MB', '1MiB', '500k', 1000000 -> bytes."""
+AUTO_SHARD_SIZE = "auto"
+AUTO_SHARDS_PER_SPLIT = 16  # enough shards to keep 16 workers busy on a small split
+AUTO_SHARD_BYTES = (1_000_000, 256_000_000)  # and shards neither tiny nor huge
+
+
+def parse_size(text) -> int | None:
+    """'256MB', '1MiB', '500k', 1000000 -> bytes; "auto" -> None (plan_shards picks per split)."""
+    if isinstance(text, str) and text.strip().lower() == AUTO_SHARD_SIZE:
+        return None
     if isinstance(text, (int, np.integer)):
         value = int(text)
     else:
@@ -257,17 +264,27 @@ def _estimated_bytes(sample) -> int:
     return total
 
 
-def plan_shards(layout, shard_bytes: int) -> list:
-    """Consecutive samples per shard, each shard about shard_bytes of estimated L3 output."""
+def auto_shard_bytes(samples) -> int:
+    """A split's shard size when none is given: the split in AUTO_SHARDS_PER_SPLIT shards, so
+    every worker has work on a small dataset, within AUTO_SHARD_BYTES, so a large one still gets
+    few large shards. It depends on the sources only, so a resumed run plans the same shards."""
+    low, high = AUTO_SHARD_BYTES
+    return min(high, max(low, sum(_estimated_bytes(sample) for sample in samples) // AUTO_SHARDS_PER_SPLIT))
+
+
+def plan_shards(layout, shard_bytes: int | None) -> list:
+    """Consecutive samples per shard, each shard about shard_bytes of estimated L3 output (None:
+    auto_shard_bytes of each split)."""
     tasks = []
     for split, samples in layout.splits.items():
+        split_shard_bytes = shard_bytes or auto_shard_bytes(samples)
         fields = layout.fields[split]
         has_json = any(member == "json" for sample in samples for member, _ in sample.files)
         key_width = max(len(sample.key.encode()) for sample in samples)
         number, current, current_bytes = 0, [], 0
         for sample in samples:
             estimate = _estimated_bytes(sample)
-            if current and current_bytes + estimate > shard_bytes:
+            if current and current_bytes + estimate > split_shard_bytes:
                 tasks.append(ShardTask(split, number, fields, has_json, key_width, tuple(current), current_bytes))
                 number, current, current_bytes = number + 1, [], 0
             current.append(sample)
@@ -420,16 +437,17 @@ class _Progress:
 
 
 def convert(layout: str, src, dst, /, *, split: str | None = None, mode: str = "compact",
-            tile_width: int | None = None, shard_size="256MB", workers: int | None = None, scheduler=None,
+            tile_width: int | None = None, shard_size=AUTO_SHARD_SIZE, workers: int | None = None, scheduler=None,
             verify: bool = False, resume: bool = False, max_side: int | None = None,
             resize_short: int | None = None, exif_transpose: bool = False, annotations: str = "gtFine",
-            val_labels: str | None = None, synset_words: str | None = None,
+            val_labels: str | None = None, synset_words: str | None = None, force: bool = False,
             progress: bool = True) -> Summary:
     """Convert a folder, Cityscapes or ImageNet tree at src into a sharded L3 dataset at dst.
 
     workers: processes (default all cores; 0 or 1 runs in this process); scheduler: a Dask
     distributed address instead. resume finishes an interrupted run; verify decodes every written
-    sample and compares it with the source pixels. Returns a Summary (print it for the table).
+    sample and compares it with the source pixels. force: "folder" takes a tree laid out as
+    Cityscapes or ImageNet as classes anyway. Returns a Summary (print it for the table).
     """
     started = time.perf_counter()
     if mode not in MODES:
@@ -440,9 +458,9 @@ def convert(layout: str, src, dst, /, *, split: str | None = None, mode: str = "
     shard_bytes = parse_size(shard_size)
     src, dst = os.path.abspath(os.fspath(src)), os.path.abspath(os.fspath(dst))
     found = find_layout(layout, src, split=split, annotations=annotations, val_labels=val_labels,
-                        synset_words=synset_words)
+                        synset_words=synset_words, force=force)
     tasks = plan_shards(found, shard_bytes)
-    byte_options = {"mode": mode, "label_mode": "compact", "tile_width": tile_width, "shard_size": shard_bytes,
+    byte_options = {"mode": mode, "label_mode": "compact", "tile_width": tile_width, "shard_size": shard_bytes or AUTO_SHARD_SIZE,
                     "max_side": max_side, "resize_short": resize_short, "exif_transpose": exif_transpose,
                     "annotations": annotations if layout == "cityscapes" else None}
     fingerprint = _plan_fingerprint(found.name, tasks, byte_options)

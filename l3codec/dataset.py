@@ -23,6 +23,7 @@ from .format import FAST_V1_REFUSED, L3Error
 
 DATASET_FORMAT = "l3dataset"
 DATASET_VERSION = 1
+CONVERSION_WORK_DIR = ".l3convert"  # l3convert's plan and finished-shard records, until the manifest
 MANIFEST_NAME = "manifest.json"
 INDEX_NAME = "index.npy"
 
@@ -298,13 +299,24 @@ class DatasetReader:
         with open(path, "rb") as file:
             return file.read()
 
+    def _holds_conversion_plan(self) -> bool:
+        try:
+            self._read_whole(CONVERSION_WORK_DIR, "plan.json")
+        except OSError:
+            return False
+        return True
+
     def _load_manifest(self) -> dict:
         try:
             text = self._read_whole(MANIFEST_NAME)
         except FileNotFoundError as error:
+            if self._holds_conversion_plan():
+                raise FileNotFoundError(
+                    f"{self.root} holds an unfinished l3convert conversion (no {MANIFEST_NAME} yet): if it "
+                    "was interrupted, rerun the same l3convert command with --resume to finish it"
+                ) from error
             raise FileNotFoundError(
-                f"{self.root} is not a converted l3 dataset (no {MANIFEST_NAME}; "
-                "convert one with l3convert, or it is still being written)"
+                f"{self.root} is not a converted l3 dataset (no {MANIFEST_NAME}; convert one with l3convert)"
             ) from error
         try:
             manifest = json.loads(text)
