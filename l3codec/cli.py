@@ -1,4 +1,4 @@
-"""The ``l3`` command-line tool: encode, decode, info and check L3 images.
+"""The ``l3`` command-line tool: encode, decode, info and check L3 images (``l3 stalls``: l3codec.stalls).
 
     l3 encode photo.png scan.tif -o out/ --mode fast
     l3 decode photo.l3 --region 0,0,64,64 -o crop.png
@@ -318,6 +318,8 @@ def _parser() -> argparse.ArgumentParser:
     command.add_argument("--json", action="store_true", help="one JSON object per line")
     command = _add_command(sub, "check", "verify that files decode cleanly (exit status 1 if not)", _check)
     _add_max_pixels(command)
+    sub.add_parser("stalls", help="measure where a training step would wait for data (l3 stalls --help)",
+                   add_help=False)
     return parser
 
 
@@ -343,7 +345,12 @@ def _attach_region_values(argv: list) -> list:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(_attach_region_values(sys.argv[1:] if argv is None else argv))
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["stalls"]:  # its own parser: it needs torch, which the other commands do not
+        from . import stalls
+
+        return stalls.main(argv[1:])
+    args = _parser().parse_args(_attach_region_values(argv))
     inputs = [Path(name) for name in args.inputs]
     targets, created = [None] * len(inputs), None
     if args.command in OUTPUT_SUFFIX:

@@ -27,7 +27,8 @@ from . import bitio, colour, compact, fast, streams, warmup
 from . import format as fmt
 from .jit import cached_njit, compile_device_functions
 
-FIRST_USE_NOTICE = "l3codec: compiling the CPU codec for this mode and dtype (first use, about 10 s; cached afterwards)"
+FIRST_USE_NOTICE = ("l3codec: compiling the CPU codec for this mode and dtype (first use: 5-30 s on 2 cores; cached "
+                    "afterwards; python -m l3codec.warmup compiles ahead)")
 
 
 @intrinsic

@@ -74,11 +74,22 @@ def plan_samples(reader, indices, fields, geometry, *, seed: int, epoch: int, ve
     buffer: copy each member's bytes into it back to back and validate the copy (GPU staging);
     None validates the reader's own bytes (CPU decoding). A bad sample raises BadSample naming
     its key, or with skip_bad is replaced by the batch's first good sample (its index then
-    appears twice). A batch with no good sample raises.
+    appears twice). A batch with no good sample raises. A sample that appears more than once
+    (a replacement, a sampler drawing with replacement, a batch larger than the dataset) is read
+    and staged once, so a buffer sized by staging_bytes always holds the batch.
     """
     samples, bad, written = [], [], 0
+    first_seen = {}  # index -> its SamplePlan, or the reason it is bad
     for position, index in enumerate(int(i) for i in indices):
         key = reader.key(index)
+        if index in first_seen:
+            seen = first_seen[index]
+            if isinstance(seen, SamplePlan):
+                samples.append(seen)
+            else:
+                bad.append((position, key, seen))
+                samples.append(None)
+            continue
         start = written
         try:
             height, width = reader.shape(index, fields[0])[:2]
@@ -102,21 +113,16 @@ def plan_samples(reader, indices, fields, geometry, *, seed: int, epoch: int, ve
                 raise BadSample(f"sample {key!r} (index {index}): {error}") from error
             written = start
             bad.append((position, key, str(error)))
+            first_seen[index] = str(error)
             samples.append(None)
             continue
         samples.append(SamplePlan(index, key, reader.label(index), crop, plans, views))
+        first_seen[index] = samples[-1]
     good = next((s for s in samples if s is not None), None)
     if bad and good is None:
         raise BadSample("no good sample to substitute in this batch: " + "; ".join(f"{k!r}: {r}" for _, k, r in bad))
     for position, _, _ in bad:
-        views = []
-        for view in good.views:
-            if buffer is not None:
-                buffer[written:written + view.size] = view
-                view = buffer[written:written + view.size]
-                written += view.size
-            views.append(view)
-        samples[position] = SamplePlan(good.index, good.key, good.label, good.crop, good.plans, views)
+        samples[position] = good  # its bytes are staged once; each item decodes them into its own place
     return samples, [(key, reason) for _, key, reason in bad], written
 
 
@@ -179,8 +185,8 @@ def _staged(samples, layouts, out_size, skipped, prepared=None, packed=None) -> 
 
 
 def staging_bytes(reader, fields, batch_size: int) -> int:
-    """A staging buffer size that holds any batch of this split: the batch_size largest samples' bytes,
-    plus their launch tables at most (two int64 per stream, a task per tile, a record per item)."""
+    """A staging buffer size that holds any batch of this split: the batch_size largest samples' bytes
+    (plan_samples stages a repeated sample once), plus their launch tables at most (two int64 per stream, a task per tile, a record per item)."""
     data = np.zeros(len(reader), np.int64)
     tables = np.zeros(len(reader), np.int64)
     for name in fields:
@@ -189,7 +195,8 @@ def staging_bytes(reader, fields, batch_size: int) -> int:
         streams = np.minimum(sizes // 5, -(-shapes[:, 0] // 8) * -(-shapes[:, 1] // 16) * shapes[:, 2])
         data += sizes
         tables += streams * (16 + batching.TASK_DTYPE.itemsize) + batching.ITEM_DTYPE.itemsize + 8
-    largest = np.sort(data + tables)[-batch_size:].sum()
+    # tables are per item, and a repeated sample has one per appearance
+    largest = np.sort(data)[-batch_size:].sum() + batch_size * tables.max(initial=0)
     return int(largest + 16 * (len(fields) + 2) * 8)
 
 

@@ -110,8 +110,9 @@ def _timed_epoch_prefix(batches, count: int, warmup: int, handoffs: int = 0) -> 
 
 
 def measure(root, *, split="train", fields=None, batch_size=16, workers=2, crop=None, decode="cpu",
-            batches=20, warmup=2, storage_options=None) -> dict:
-    """The four rates (fetch and loader, cold and warm) for these loader settings."""
+            batches=None, warmup=2, storage_options=None) -> dict:
+    """The four rates (fetch and loader, cold and warm) for these loader settings, each over
+    `batches` batches of one epoch (None: as many as the split holds, up to 20)."""
     import torch
     from torch.utils.data import DataLoader
 
@@ -119,9 +120,13 @@ def measure(root, *, split="train", fields=None, batch_size=16, workers=2, crop=
 
     dataset = L3Dataset(root, split=split, fields=fields, decode=decode, storage_options=storage_options)
     reader = dataset.reader
-    needed = (batches + warmup + HANDOFFS) * batch_size
+    if batches is None:  # as many as one epoch holds, up to 20
+        batches = min(20, len(reader) // batch_size - warmup - HANDOFFS)
+    needed = (max(batches, 1) + warmup + HANDOFFS) * batch_size
     if len(reader) < needed:
-        raise L3Error(f"{len(reader)} samples in split {split!r}; {needed} are needed: lower --batches")
+        raise L3Error(f"{len(reader)} samples in split {split!r}; {needed} are needed for {max(batches, 1)} "
+                      f"timed batches of {batch_size} (and {warmup + HANDOFFS} more): lower --batches or "
+                      "--batch-size")
     shards = [] if reader.remote else [os.path.join(reader.root, reader.split, shard_name(int(s)))
                                        for s in np.unique(reader.index["shard"])]
     cuda = decode == "gpu" and torch.cuda.is_available()
@@ -221,7 +226,8 @@ def main(argv=None) -> int:
     parser.add_argument("--decode", choices=("cpu", "gpu"), default="cpu")
     parser.add_argument("--crop", type=int, help="RandomResizedCrop(N, flip=0.5); --center for CenterCrop(N)")
     parser.add_argument("--center", action="store_true")
-    parser.add_argument("--batches", type=int, default=20, help="batches timed per stage")
+    parser.add_argument("--batches", type=int, help="batches timed per stage (default: as many as one epoch "
+                        "holds, up to 20)")
     parser.add_argument("--step-ms", type=float, nargs="*", default=[], help="model step times to predict for")
     parser.add_argument("--json", help="write the measurements and predictions here")
     args = parser.parse_args(argv)

@@ -407,3 +407,11 @@ def test_an_os2_palette_bmp_is_noted(tmp_path, capsys):
     (tmp_path / "os2.bmp").write_bytes(data)
     assert main(["encode", str(tmp_path / "os2.bmp")]) == 0
     assert "note: palette expanded to" in capsys.readouterr().err
+
+
+def test_l3_stalls_runs_the_stall_analyzer(capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["stalls", "--help"])
+    assert stop.value.code == 0 and "--step-ms" in capsys.readouterr().out
+    assert main(["stalls", "/nonexistent-dataset"]) == 1
+    assert "l3 stalls: " in capsys.readouterr().err
