@@ -320,7 +320,31 @@ def _parser() -> argparse.ArgumentParser:
     _add_max_pixels(command)
     sub.add_parser("stalls", help="measure where a training step would wait for data (l3 stalls --help)",
                    add_help=False)
+    command = sub.add_parser("cache", help="show (or --clear) a sample cache directory (l3codec.cache)",
+                             description="show a sample cache: per dataset, entries, bytes, hits and misses")
+    command.add_argument("inputs", nargs=1, metavar="DIR")
+    command.add_argument("--clear", action="store_true", help="remove every cached sample")
+    command.add_argument("--json", action="store_true", help="print the report as JSON")
+    command.set_defaults(run=_cache)
     return parser
+
+
+def _cache(args, directory: Path, _target=None) -> None:
+    from .cache import cache_report, clear_cache
+
+    if args.clear:
+        clear_cache(directory)
+    report = cache_report(directory)
+    if args.json:
+        print(json.dumps(report))
+        return
+    print(f"{report['directory']}: {report['bytes'] / 1e6:.1f} MB in {len(report['datasets'])} dataset(s)")
+    for name, facts in report["datasets"].items():
+        lookups = facts["hits"] + facts["misses"]
+        rate = f"{facts['hits'] / lookups:.0%}" if lookups else "-"
+        print(f"  {name} {facts['root']}: {facts['entries']} samples, {facts['bytes'] / 1e6:.1f} MB, "
+              f"{facts['hits']} hits / {lookups} lookups ({rate}), {facts['refused']} refused (full), "
+              f"{facts['corrupt']} corrupt entries replaced")
 
 
 def _add_max_pixels(command) -> None:

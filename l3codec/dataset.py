@@ -250,11 +250,12 @@ class DatasetReader:
     by byte range; nothing is opened until needed, so a reader pickles and survives fork.
     """
 
-    def __init__(self, root, split: str = "train", *, storage_options=None):
+    def __init__(self, root, split: str = "train", *, storage_options=None, cache=None):
         self._locate(root, storage_options)
         self.split = split
         self._maps = {}
         self.manifest = self._load_manifest()
+        self.cache = cache  # a cache.SampleCache shared by every process that reads this dataset
         splits = self.manifest.get("splits", {})
         if split not in splits:
             raise L3Error(f"{self.root} has no split {split!r}; it has {sorted(splits)}")
@@ -318,6 +319,9 @@ class DatasetReader:
             raise FileNotFoundError(
                 f"{self.root} is not a converted l3 dataset (no {MANIFEST_NAME}; convert one with l3convert)"
             ) from error
+        from .cache import dataset_id
+
+        self.dataset_id = dataset_id(text)  # the cache's key: two datasets never share entries
         try:
             manifest = json.loads(text)
         except ValueError as error:
@@ -402,7 +406,17 @@ class DatasetReader:
         self._check_member(field)
         row = self._row(i)
         offset, size = int(row[f"{field}_offset"]), int(row[f"{field}_size"])
-        shard = int(row["shard"])
+        if self.cache is None:
+            return self._read_source(int(row["shard"]), offset, size)
+        i = int(i) % len(self)
+        cached = self.cache.get(self.dataset_id, self.split, i, field, size)
+        if cached is not None:
+            return cached
+        data = self._read_source(int(row["shard"]), offset, size)
+        self.cache.put(self.dataset_id, self.split, i, field, data, root=self.root)
+        return data
+
+    def _read_source(self, shard: int, offset: int, size: int) -> np.ndarray:
         if self.remote:
             path = self._path(self.split, shard_name(shard))
             data = self._filesystem().cat_file(path, start=offset, end=offset + size)
@@ -418,9 +432,10 @@ class DatasetReader:
         return f"DatasetReader({self.root!r}, split={self.split!r}, samples={len(self)}, fields={self.fields})"
 
 
-def open_dataset(root, /, split: str = "train", *, storage_options=None) -> DatasetReader:
-    """Open one split of a converted dataset (a local path or an fsspec URL) for random access."""
-    return DatasetReader(root, split, storage_options=storage_options)
+def open_dataset(root, /, split: str = "train", *, storage_options=None, cache=None) -> DatasetReader:
+    """Open one split of a converted dataset (a local path or an fsspec URL) for random access;
+    cache: an l3codec.cache.SampleCache that keeps the samples' bytes on this node."""
+    return DatasetReader(root, split, storage_options=storage_options, cache=cache)
 
 
 def read_manifest(root, /, *, storage_options=None) -> dict:

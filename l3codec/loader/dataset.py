@@ -28,15 +28,17 @@ class L3Dataset(Dataset):
     decode="gpu": each field's compressed bytes (a uint8 numpy array), for Loader to decode on the GPU.
     Each dict also holds "key", "index" and "label" (class index, -1 without classes), and goes
     through transform when given. root: a path or an fsspec URL (storage_options for its backend).
+    cache: an l3codec.cache.SampleCache keeping the samples' compressed bytes on this node, shared
+    by every worker and job that reads this dataset.
     """
 
     def __init__(self, root, split: str = "train", fields=None, decode: str = "gpu", transform=None, *,
-                 storage_options=None, verify: bool = True):
+                 storage_options=None, verify: bool = True, cache=None):
         from ..dataset import open_dataset
 
         if decode not in ("gpu", "cpu"):
             raise L3Error(f"decode must be 'gpu' or 'cpu', not {decode!r}")
-        self.reader = open_dataset(root, split=split, storage_options=storage_options)
+        self.reader = open_dataset(root, split=split, storage_options=storage_options, cache=cache)
         present = tuple(self.reader.fields)
         if fields is None:
             fields = tuple(name for name in DEFAULT_FIELDS if name in present)

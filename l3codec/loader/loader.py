@@ -65,6 +65,7 @@ class Loader:
     path's logic without a GPU. transform: applied to each yielded batch dict.
     multiprocessing_context: how workers start (default: a forkserver, see _worker_context).
     timeout: seconds to wait for a batch from the workers before raising WorkerStalled (0: forever).
+    cache: an l3codec.cache.SampleCache for the dataset's compressed bytes (see L3Dataset).
     """
 
     def __init__(
@@ -72,7 +73,7 @@ class Loader:
         crop=None, normalize=None, channels_last: bool = True, device=None, num_workers: int = 0,
         prefetch_factor: int = 2, prefetch: int = 2, rank: int | None = None, world_size: int | None = None,
         on_error: str = "raise", backend: str = "cupy", decode_step=None, transform=None,
-        multiprocessing_context=None, timeout: float = WORKER_TIMEOUT_S,
+        multiprocessing_context=None, timeout: float = WORKER_TIMEOUT_S, cache=None,
     ):
         if on_error not in ("raise", "skip"):
             raise L3Error(f"on_error must be 'raise' or 'skip', not {on_error!r}")
@@ -80,6 +81,8 @@ class Loader:
             distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
             rank = (torch.distributed.get_rank() if distributed else 0) if rank is None else rank
             world_size = (torch.distributed.get_world_size() if distributed else 1) if world_size is None else world_size
+        if cache is not None:  # the dataset's reader keeps it, and pickles it to the workers
+            dataset.reader.cache = cache
         self.dataset, self.batch_size = dataset, batch_size
         self.order = EpochOrder(len(dataset), batch_size=batch_size, shuffle=shuffle, seed=seed, rank=rank,
                                 world_size=world_size, drop_last=drop_last)

@@ -41,11 +41,15 @@ class _BatchSource(Dataset):
     def __getitem__(self, request):
         epoch, number, slot, indices = request
         options = dict(seed=self.seed, epoch=epoch, verify=self.verify, skip_bad=self.skip_bad)
-        if self.decode == "gpu":
-            staged = stage.stage_for_gpu(self.reader, indices, self.fields, self.geometry, self.ring[slot].numpy(),
-                                         **options)
-            return number, slot, staged
-        return number, slot, self._decode_on_cpu(indices, options)
+        try:
+            if self.decode == "gpu":
+                staged = stage.stage_for_gpu(self.reader, indices, self.fields, self.geometry,
+                                             self.ring[slot].numpy(), **options)
+                return number, slot, staged
+            return number, slot, self._decode_on_cpu(indices, options)
+        finally:
+            if self.reader.cache is not None:  # so that `l3 cache` counts what this worker did
+                self.reader.cache.flush_counters()
 
     def _decode_on_cpu(self, indices, options) -> dict:
         samples, skipped, _ = stage.plan_samples(self.reader, indices, self.fields, self.geometry, **options)
