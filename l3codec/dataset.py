@@ -16,6 +16,7 @@ import io
 import json
 import os
 import tarfile
+import time
 
 import numpy as np
 
@@ -23,6 +24,10 @@ from .format import FAST_V1_REFUSED, L3Error
 
 DATASET_FORMAT = "l3dataset"
 DATASET_VERSION = 1
+MAX_IN_FLIGHT = 32  # concurrent byte-range requests per read_many on a remote dataset
+MERGE_GAP = 16384  # bytes between two members of a shard (tar headers, small members) fetched in one request
+REMOTE_RETRIES = 3  # retries of a failed range request, after RETRY_PAUSE_S, then twice that...
+RETRY_PAUSE_S = 0.2
 CONVERSION_WORK_DIR = ".l3convert"  # l3convert's plan and finished-shard records, until the manifest
 MANIFEST_NAME = "manifest.json"
 INDEX_NAME = "index.npy"
@@ -256,6 +261,7 @@ class DatasetReader:
         self._maps = {}
         self.manifest = self._load_manifest()
         self.cache = cache  # a cache.SampleCache shared by every process that reads this dataset
+        self.max_in_flight = MAX_IN_FLIGHT  # concurrent range requests of read_many (remote)
         splits = self.manifest.get("splits", {})
         if split not in splits:
             raise L3Error(f"{self.root} has no split {split!r}; it has {sorted(splits)}")
@@ -416,6 +422,74 @@ class DatasetReader:
         self.cache.put(self.dataset_id, self.split, i, field, data, root=self.root)
         return data
 
+    def read_many(self, requests, /) -> list:
+        """[(sample, field)] -> for each, its bytes (as read()) or the exception reading it raised.
+
+        Remote members the cache does not hold are fetched concurrently: at most
+        `max_in_flight` requests at once, the members of one shard that lie back to back merged
+        into one request, a failed request retried REMOTE_RETRIES times with a growing pause,
+        then an L3Error naming the URL and the byte range."""
+        results = [None] * len(requests)
+        wanted = []  # (shard, offset, size, position, sample, field)
+        for position, (i, field) in enumerate(requests):
+            try:
+                self._check_member(field)
+                row = self._row(int(i))
+                offset, size = int(row[f"{field}_offset"]), int(row[f"{field}_size"])
+                if not self.remote:
+                    results[position] = self.read(int(i), field)
+                    continue
+                sample = int(i) % len(self)
+                cached = None if self.cache is None else self.cache.get(self.dataset_id, self.split, sample, field, size)
+                if cached is not None:
+                    results[position] = cached
+                else:
+                    wanted.append((int(row["shard"]), offset, size, position, sample, field))
+            except (L3Error, IndexError, KeyError, OSError) as error:
+                results[position] = error
+        merged = _merge_ranges(wanted)
+        fetched = self._fetch_ranges([(self._path(self.split, shard_name(shard)), start, end)
+                                      for (shard, start, end), _ in merged])
+        for ((_, start, _), members), data in zip(merged, fetched):
+            for _, offset, size, position, sample, field in members:
+                if isinstance(data, BaseException):
+                    results[position] = data
+                    continue
+                member = np.frombuffer(data, np.uint8, count=size, offset=offset - start)
+                results[position] = member
+                if self.cache is not None:
+                    self.cache.put(self.dataset_id, self.split, sample, field, member, root=self.root)
+        return results
+
+    def _fetch_ranges(self, ranges: list) -> list:
+        """[(url, start, end)] -> bytes or an L3Error each, max_in_flight requests at a time,
+        each failed one retried with a growing pause."""
+        fs = self._filesystem()
+        results = [None] * len(ranges)
+        pending = list(range(len(ranges)))
+        for attempt in range(REMOTE_RETRIES + 1):
+            if attempt:
+                time.sleep(RETRY_PAUSE_S * 2 ** (attempt - 1))
+            batch = [ranges[k] for k in pending]
+            try:
+                got = fs.cat_ranges([r[0] for r in batch], [r[1] for r in batch], [r[2] for r in batch],
+                                    on_error="return", batch_size=self.max_in_flight)
+            except TypeError:  # a filesystem without concurrent ranges: one at a time
+                got = [_range_or_error(fs, *r) for r in batch]
+            failed = []
+            for k, (url, start, end), data in zip(pending, batch, got):
+                if isinstance(data, BaseException) or len(data) != end - start:
+                    failed.append(k)
+                    reason = data if isinstance(data, BaseException) else f"{len(data)} of {end - start} bytes"
+                    results[k] = L3Error(f"{url}: bytes {start}-{end}: {reason} "
+                                         f"(after {attempt + 1} attempt{'s' if attempt else ''})")
+                else:
+                    results[k] = data
+            pending = failed
+            if not pending:
+                break
+        return results
+
     def _read_source(self, shard: int, offset: int, size: int) -> np.ndarray:
         if self.remote:
             path = self._path(self.split, shard_name(shard))
@@ -430,6 +504,27 @@ class DatasetReader:
 
     def __repr__(self):
         return f"DatasetReader({self.root!r}, split={self.split!r}, samples={len(self)}, fields={self.fields})"
+
+
+def _merge_ranges(wanted: list) -> list:
+    """Members [(shard, offset, size, ...)] -> [((shard, start, end), members)], the members of
+    one shard that lie back to back (as a batch of consecutive samples does) in one range."""
+    merged = []
+    for member in sorted(wanted, key=lambda m: (m[0], m[1])):
+        shard, offset, size = member[:3]
+        if merged and merged[-1][0][0] == shard and offset <= merged[-1][0][2] + MERGE_GAP:
+            (_, start, end), members = merged[-1]
+            merged[-1] = ((shard, start, max(end, offset + size)), members + [member])
+        else:
+            merged.append(((shard, offset, offset + size), [member]))
+    return merged
+
+
+def _range_or_error(fs, url, start, end):
+    try:
+        return fs.cat_file(url, start=start, end=end)
+    except Exception as error:  # noqa: BLE001 - returned to be retried and reported as cat_ranges does
+        return error
 
 
 def open_dataset(root, /, split: str = "train", *, storage_options=None, cache=None) -> DatasetReader:

@@ -80,6 +80,7 @@ def plan_samples(reader, indices, fields, geometry, *, seed: int, epoch: int, ve
     """
     samples, bad, written = [], [], 0
     first_seen = {}  # index -> its SamplePlan, or the reason it is bad
+    fetched = _fetch_remote(reader, indices, fields)
     for position, index in enumerate(int(i) for i in indices):
         key = reader.key(index)
         if index in first_seen:
@@ -96,7 +97,11 @@ def plan_samples(reader, indices, fields, geometry, *, seed: int, epoch: int, ve
             crop = geometry(height, width, sample_rng(seed, epoch, index))
             plans, views = [], []
             for name in fields:
-                view = reader.read(index, name)
+                view = fetched.pop((index, name), None)
+                if isinstance(view, BaseException):
+                    raise view
+                if view is None:
+                    view = reader.read(index, name)
                 if buffer is not None:
                     if written + view.size > buffer.size:
                         raise L3Error(f"staging buffer of {buffer.size} bytes is full")  # sized from the index
@@ -124,6 +129,15 @@ def plan_samples(reader, indices, fields, geometry, *, seed: int, epoch: int, ve
     for position, _, _ in bad:
         samples[position] = good  # its bytes are staged once; each item decodes them into its own place
     return samples, [(key, reason) for _, key, reason in bad], written
+
+
+def _fetch_remote(reader, indices, fields) -> dict:
+    """{(sample, field): bytes or the error reading them} of a remote dataset's batch, fetched
+    concurrently (DatasetReader.read_many); empty for a local one, whose reads are mappings."""
+    if not getattr(reader, "remote", False):
+        return {}
+    requests = [(index, name) for index in dict.fromkeys(int(i) for i in indices) for name in fields]
+    return dict(zip(requests, reader.read_many(requests)))
 
 
 def layout_fields(samples, fields) -> tuple:
