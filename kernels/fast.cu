@@ -252,10 +252,12 @@ L3_DEVICE void decode_fast_row(const unsigned char* __restrict__ data, FastShare
             __syncwarp();  // one_at is filed
             // n codes ending with the part (the quotients sum to qsum): its n-th one is its last bit
             const bool sound = ones >= n && one_at[n - 1] == unary_bits - 1;
-            if (sample < n) {
+            if (sample < n && !sound) {
+                corrupt = 1;  // fewer ones than samples: ranks past them were never filed, so none is read
+            } else if (sample < n) {
                 const int at0 = one_at[sample];
                 mapped0 |= (at0 - (sample ? one_at[sample - 1] + 1 : 0)) << width;
-                corrupt |= (unsigned)!sound | (unsigned)(mapped0 > mask);
+                corrupt |= (unsigned)(mapped0 > mask);
                 if (sample + 1 < n) {
                     mapped1 |= (one_at[sample + 1] - at0 - 1) << width;
                     corrupt |= (unsigned)(mapped1 > mask);

@@ -13,9 +13,9 @@
 // wait for them: races between warps show), or a random ready thread (shuffled, seeded).
 // When no thread can run before all have exited, the divergence is reported as an error
 // instead of a hang: a thread exited or waits elsewhere, masks differ, a lane reads a lane
-// outside the mask. The dynamic shared memory is filled with 0xA5 before every block so a
-// read before a write shows. Atomics are plain read-modify-writes: threads switch only at
-// rendezvous points.
+// outside the mask. The dynamic shared memory is filled before every block with a byte that
+// depends on the seed (0xA5 for seed 0), so a read before a write shows, and differs between
+// seeds. Atomics are plain read-modify-writes: threads switch only at rendezvous points.
 //
 // The test shim defines the storage of the kernels' `extern __shared__` array with
 // CUDA_EMU_DYNAMIC_SHARED(name) and starts kernels with cuda_emu::launch.
@@ -557,7 +557,7 @@ int launch(dim3 grid, dim3 block, size_t shared_bytes, int order, unsigned seed,
     for (unsigned b = 0; b < grid.x; ++b) {
         e.block_idx = {b, 0, 0};
         e.at_barrier = 0;
-        if (e.shared) memset(e.shared, 0xA5, e.shared_capacity);
+        if (e.shared) memset(e.shared, (int)((0xA5 + 0x3B * seed) & 0xFF), e.shared_capacity);  // seed 0: 0xA5
         for (size_t i = 0; i < count; ++i) {
             Thread& t = e.threads[i];
             t = Thread{};

@@ -441,7 +441,8 @@ def test_emulator_runs_a_correct_kernel(test_kernels, order):
     v3 = v2 + v2[warp_base + 5] + 16
     v4 = v3 + np.where(t < 32, 0, -1)  # __any_sync(t == 3) + __all_sync(t < 64) - 2
     np.testing.assert_array_equal(out[:64], v4 + 10)
-    assert (out[64:] == np.int32(np.frombuffer(b"\xa5" * 4, np.int32)[0])).all()
+    poison = (0xA5 + 0x3B * 5) & 0xFF  # the emulator's fill byte for seed 5, the shim's
+    assert (out[64:] == np.int32(np.frombuffer(bytes([poison]) * 4, np.int32)[0])).all()
 
 
 # ---------------------------------------------------------------- host-side tables and formulas
@@ -754,3 +755,20 @@ def test_a_launch_the_emulator_refuses_raises():
     data = _encode(make_image("smooth_noise", 20, 20, 3, np.uint8, 0), "compact", 16)
     with pytest.raises(EmulationError, match="l3_decode_compact: unsupported launch"):
         decode_batch_emulated([data], block=(32, 33, 1))  # 1056 threads
+
+
+def test_a_rice_group_with_fewer_ones_than_samples_decodes_the_same_under_any_poison():
+    """A unary part of only zeros (no sample's code ends): the kernel flags the row and reads no
+    rank it never filed, so what it writes does not depend on the shared memory's old contents
+    (the emulator poisons it differently per seed and thread order)."""
+    from corruption import FAST_WIDTH, ZERO_ROW, fast_row, fast_stream, single_stream_file
+
+    n, qsum = 64, 20
+    no_ones = fast_row([(8 + 1, qsum, [0] * (n + qsum)), None])  # code 9: k = 0, 8-bit samples
+    data = single_stream_file(fast_stream([ZERO_ROW, no_ones]), fmt.MODE_FAST, 2, width=FAST_WIDTH)
+    outputs = set()
+    for order, seed in (("forward", 1), ("shuffled", 2), ("reversed", 3), ("shuffled", 4)):
+        images, status = decode_batch_emulated([data], order=order, seed=seed)
+        assert status.tolist() == [fmt.STATUS_CORRUPT]
+        outputs.add(images[0].tobytes())
+    assert len(outputs) == 1
