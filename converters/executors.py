@@ -12,8 +12,8 @@ import concurrent.futures
 import multiprocessing
 import os
 import signal
-import threading
-import time
+
+from l3codec.lifeline import watch_owner
 
 _progress_queue = None  # set in each pool process: where per-image progress goes
 SCHEDULER_CONNECT_TIMEOUT_S = 10.0
@@ -33,22 +33,11 @@ def _init_pool_process(queue, coordinator: int) -> None:
     _progress_queue = queue
     # the pool's processes are children of the forkserver, not of the coordinator: they watch it
     # themselves, so that a coordinator killed outright (SIGKILL, OOM) leaves no process behind
-    threading.Thread(target=_exit_when_gone, args=(coordinator,), daemon=True, name="coordinator-watch").start()
+    watch_owner(coordinator, "coordinator-watch")
     # Ctrl-C reaches the whole process group: the coordinator handles it and stops the workers.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # One Numba thread per process, so N processes use N cores and do not oversubscribe them.
     os.environ["NUMBA_NUM_THREADS"] = "1"
-
-
-def _exit_when_gone(pid: int, interval: float = 1.0) -> None:
-    while True:
-        time.sleep(interval)
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            os._exit(1)
-        except PermissionError:  # alive, as another user: cannot be ours, but it exists
-            pass
 
 
 class InlineExecutor:

@@ -407,7 +407,9 @@ def test_gpu_batches_match_the_cpu_path(cityscapes, backend):
     options = dict(batch_size=3, crop=RandomCrop(16, flip=0.5), seed=4)
     on_gpu = Loader(L3Dataset(root, decode="gpu"), device="cuda", backend=backend, num_workers=2, **options)
     on_cpu = Loader(L3Dataset(root, decode="cpu"), device="cpu", **options)
-    for a, b in zip(on_gpu, on_cpu):
+    gpu_batches, cpu_batches = list(on_gpu), list(on_cpu)
+    assert len(gpu_batches) == len(cpu_batches) == len(on_cpu) > 0
+    for a, b in zip(gpu_batches, cpu_batches):
         assert a["image"].is_cuda and a["key"] == b["key"]
         assert torch.equal(a["image"].cpu(), b["image"]) and torch.equal(a["labelIds"].cpu(), b["labelIds"])
 

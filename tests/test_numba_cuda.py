@@ -19,6 +19,7 @@ TESTS = pathlib.Path(__file__).parent
 
 @pytest.fixture(scope="module")
 def simulated():
+    pytest.importorskip("numba.cuda", reason="numba-cuda is not installed (pip install -e \".[gpu]\")")
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
     completed = subprocess.run(
         [sys.executable, str(TESTS / "simulated_gpu.py")], env=env, capture_output=True, text=True, timeout=900

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import functools
 import os
 import warnings
 import weakref
@@ -157,7 +158,7 @@ class Loader:
             self._batches_loader = DataLoader(
                 source, sampler=self._requests, batch_size=None, collate_fn=_identity, num_workers=workers,
                 prefetch_factor=self.prefetch_factor if workers else None, persistent_workers=workers > 0,
-                worker_init_fn=_worker_init if workers else None,
+                worker_init_fn=functools.partial(_worker_init, os.getpid()) if workers else None,
                 pin_memory=self.dataset.decode == "cpu" and self._device.cuda,
                 multiprocessing_context=(self.multiprocessing_context or _worker_context()) if workers else None,
                 timeout=self.timeout if workers else 0,

@@ -11,6 +11,7 @@ from torch.utils.data import DataLoader, Dataset, get_worker_info
 from .. import codec
 from .. import staging as stage
 from ..format import L3Error
+from ..lifeline import watch_owner
 from .dataset import L3Dataset, _one_numba_thread
 from .finish import Finish, region_view, replace_bad_samples
 
@@ -128,5 +129,6 @@ def _watched(batches: DataLoader, timeout: float):
             ) from None
 
 
-def _worker_init(worker_id: int) -> None:
+def _worker_init(owner: int, worker_id: int) -> None:
     _one_numba_thread()
+    watch_owner(owner, "loader-watch")  # a forkserver's child: torch's parent check cannot see the loader die
