@@ -16,9 +16,7 @@ CHUNK = 1 << 22
 def _shard_digest(reader, name: str) -> tuple:
     """(bytes, sha256) of a shard, streamed."""
     digest, size = hashlib.sha256(), 0
-    path = reader._path(reader.split, name)
-    opener = reader._filesystem().open if reader.remote else open
-    with opener(path, "rb") as file:
+    with reader.open_file(reader.split, name) as file:
         while chunk := file.read(CHUNK):
             digest.update(chunk)
             size += len(chunk)

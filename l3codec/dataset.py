@@ -298,6 +298,23 @@ class DatasetReader:
     def _path(self, *parts) -> str:
         return "/".join((self.root, *parts)) if self.remote else os.path.join(self.root, *parts)
 
+    def open_file(self, *parts):
+        """A file of the dataset (parts under its root, e.g. (split, shard name)) opened for binary
+        reading, locally or through fsspec."""
+        path = self._path(*parts)
+        return self._filesystem().open(path, "rb") if self.remote else open(path, "rb")
+
+    def url(self, *parts) -> str:
+        """The path or URL of a file of the dataset."""
+        return self._path(*parts)
+
+    @classmethod
+    def read_manifest(cls, root, *, storage_options=None) -> dict:
+        """A dataset's manifest, without opening a split."""
+        reader = cls.__new__(cls)
+        reader._locate(root, storage_options)
+        return reader._load_manifest()
+
     def _read_whole(self, *parts) -> bytes:
         path = self._path(*parts)
         if self.remote:
@@ -535,6 +552,4 @@ def open_dataset(root, /, split: str = "train", *, storage_options=None, cache=N
 
 def read_manifest(root, /, *, storage_options=None) -> dict:
     """A converted dataset's manifest (split names, counts, options, failures, shard checksums)."""
-    reader = DatasetReader.__new__(DatasetReader)
-    reader._locate(root, storage_options)
-    return reader._load_manifest()
+    return DatasetReader.read_manifest(root, storage_options=storage_options)
