@@ -68,7 +68,12 @@ def inspect(root, /, *, deep: bool = False, storage_options=None) -> dict:
             for i in range(len(reader)):
                 for field in reader.fields:
                     try:
-                        l3codec.decode(reader.read(i, field))
+                        data = reader.read(i, field)
+                        header = l3codec.info(data)
+                        if (header.height, header.width, header.channels) != reader.shape(i, field):
+                            raise L3Error(f"the index says {reader.shape(i, field)}, the file holds "
+                                          f"{(header.height, header.width, header.channels)}")
+                        l3codec.decode(data)
                         decoded += 1
                     except L3Error as error:
                         report["problems"].append(f"{split}/{reader.key(i)}.{dataset.FIELDS[field]}: {error}")

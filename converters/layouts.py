@@ -60,9 +60,10 @@ def _require_dir(path: str, what: str) -> None:
 
 
 def _sample_key(relative: str) -> str:
-    """A WebDataset key from a path relative to the source: no suffix, no dots, '/' kept."""
+    """A WebDataset key from a path relative to the source: no suffix, no dots, '/' kept, and no
+    whitespace or control characters (DALI's index files separate fields with spaces)."""
     stem = os.path.splitext(relative)[0].replace(os.sep, "/")
-    return stem.replace(".", "_")
+    return re.sub(r"[\s\x00-\x1f\x7f]", "_", stem.replace(".", "_"))
 
 
 def _unique_keys(samples: list) -> list:

@@ -352,7 +352,9 @@ class DatasetReader:
         if not isinstance(manifest, dict) or manifest.get("format") != DATASET_FORMAT:
             raise L3Error(f"{self._path(MANIFEST_NAME)} is not an {DATASET_FORMAT} manifest")
         version = manifest.get("version")
-        if not isinstance(version, int) or version > DATASET_VERSION:
+        if not isinstance(version, int) or isinstance(version, bool):
+            raise L3Error(f"{self._path(MANIFEST_NAME)}: \"version\" must be an integer, not {version!r}")
+        if version > DATASET_VERSION:
             raise L3Error(
                 f"{self.root} is dataset version {version}; this l3codec reads up to {DATASET_VERSION} "
                 "(upgrade l3codec)"
@@ -362,13 +364,18 @@ class DatasetReader:
         return manifest
 
     def _load_index(self) -> np.ndarray:
-        if self.remote:
-            index = np.load(io.BytesIO(self._read_whole(self.split, INDEX_NAME)), allow_pickle=False)
-        else:
-            path = self._path(self.split, INDEX_NAME)
-            if not os.path.exists(path):
-                raise FileNotFoundError(f"{path} is missing: the split {self.split!r} was not finished")
-            index = np.load(path, mmap_mode="r", allow_pickle=False)
+        path = self._path(self.split, INDEX_NAME)
+        if not self.remote and not os.path.exists(path):
+            raise FileNotFoundError(f"{path} is missing: the split {self.split!r} was not finished")
+        try:
+            if self.remote:
+                index = np.load(io.BytesIO(self._read_whole(self.split, INDEX_NAME)), allow_pickle=False)
+            else:
+                index = np.load(path, mmap_mode="r", allow_pickle=False)
+        except (ValueError, EOFError, OSError) as error:
+            if isinstance(error, FileNotFoundError):
+                raise
+            raise L3Error(f"{path} is not a readable l3 dataset index (damaged, or not a .npy file)") from None
         if index.dtype.names is None or "key" not in index.dtype.names:
             raise L3Error(f"{self._path(self.split, INDEX_NAME)} is not an l3 dataset index")
         return index
@@ -378,7 +385,10 @@ class DatasetReader:
         mapped = self._maps.get(shard)
         if mapped is None:
             path = self._path(self.split, shard_name(shard))
-            mapped = self._maps[shard] = np.memmap(path, np.uint8, mode="r")
+            try:
+                mapped = self._maps[shard] = np.memmap(path, np.uint8, mode="r")
+            except ValueError as error:  # numpy cannot map an empty file
+                raise L3Error(f"{path} cannot be read ({error}): an empty or damaged shard") from None
         return mapped
 
     def __getstate__(self):

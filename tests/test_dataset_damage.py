@@ -1,0 +1,65 @@
+"""A converted dataset damaged after the fact: each damage is one L3Error naming the file, and a
+loader with on_error="skip" carries on past an empty shard. Keys are safe for DALI's index."""
+
+import json
+
+import pytest
+
+from l3codec.converters import convert
+from l3codec.converters.layouts import find_layout
+from l3codec.dataset import open_dataset
+from l3codec.format import L3Error
+
+from dataset_trees import folder_tree, save_png
+
+
+@pytest.fixture
+def converted(tmp_path):
+    folder_tree(tmp_path / "src", per_class=3)
+    convert("folder", tmp_path / "src", tmp_path / "l3", workers=0, shard_size="2kB", progress=False)
+    return tmp_path / "l3"
+
+
+def test_an_empty_shard_is_named_and_the_loader_skips_its_samples(converted):
+    torch = pytest.importorskip("torch")  # noqa: F841
+    from l3codec.loader import L3Dataset, Loader
+
+    empty = sorted((converted / "train").glob("*.tar"))[0]
+    empty.write_bytes(b"")
+    with pytest.raises(L3Error, match=f"{empty}.*empty or damaged shard"):
+        open_dataset(converted, "train").read(0)
+    loader = Loader(L3Dataset(converted, decode="cpu"), 6, shuffle=False, device="cpu", on_error="skip")
+    with pytest.warns(UserWarning):
+        batches = list(loader)
+    assert batches and batches[0]["skipped"]  # the samples of the empty shard, replaced
+
+
+def test_a_damaged_index_or_a_string_version_is_named(converted):
+    manifest = json.loads((converted / "manifest.json").read_text())
+    (converted / "manifest.json").write_text(json.dumps({**manifest, "version": "1"}))
+    with pytest.raises(L3Error, match='"version" must be an integer'):
+        open_dataset(converted, "train")
+    (converted / "manifest.json").write_text(json.dumps(manifest))
+    (converted / "train" / "index.npy").write_bytes(b"not an index")
+    with pytest.raises(L3Error, match="index.npy is not a readable l3 dataset index"):
+        open_dataset(converted, "train")
+
+
+def test_keys_hold_no_whitespace_or_control_characters(tmp_path):
+    import numpy as np
+
+    save_png(str(tmp_path / "src" / "a photo\tof me.png"), np.zeros((4, 4), np.uint8))
+    layout = find_layout("folder", str(tmp_path / "src"))
+    assert [sample.key for sample in layout.splits["train"]] == ["a_photo_of_me"]
+
+
+def test_inspect_deep_checks_the_index_shapes_against_the_files(converted):
+    import numpy as np
+
+    from l3codec.converters.inspect import inspect
+
+    index = np.load(converted / "train" / "index.npy")
+    index["image_height"][1] += 1
+    np.save(converted / "train" / "index.npy", index)
+    report = inspect(converted, deep=True)
+    assert not report["ok"] and any("the index says" in problem for problem in report["problems"])
