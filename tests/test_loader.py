@@ -218,16 +218,19 @@ def test_resized_crops_resize_images_bilinear_and_labels_nearest(cityscapes, pat
             np.testing.assert_array_equal(batch["labelIds"][n].numpy(), nearest)
 
 
-def test_bilinear_resize_in_chunks_of_items_equals_one_pass(monkeypatch):
+def test_bilinear_resize_is_torchs_antialiased_filter_and_its_uint8_path_within_one():
     generator = torch.Generator().manual_seed(3)
-    canvas = torch.randint(0, 256, (5, 30, 26, 3), dtype=torch.uint8, generator=generator)
-    regions = torch.tensor([[30, 26], [12, 9], [30, 5], [7, 26], [19, 19]])
-    whole = resize.bilinear(canvas, regions, (11, 13))
-    monkeypatch.setattr(resize, "RESIZE_CHUNK_BYTES", 2 * 4 * 30 * 26 * 3)  # two items a chunk
-    chunked = resize.bilinear(canvas, regions, (11, 13))
-    torch.testing.assert_close(chunked, whole)  # bmm may block a different batch size differently
+    canvas = torch.randint(0, 256, (5, 60, 52, 3), dtype=torch.uint8, generator=generator)
+    regions = torch.tensor([[60, 52], [12, 9], [60, 5], [7, 52], [38, 19]])  # shrinking and enlarging
+    floats = resize.bilinear(canvas, regions, (11, 13))
     for item, (h, w) in enumerate(regions.tolist()):
-        torch.testing.assert_close(chunked[item], resize.interpolate(canvas[item, :h, :w], (11, 13)))
+        chw = canvas[item, :h, :w].permute(2, 0, 1)[None].float()
+        expected = torch.nn.functional.interpolate(chw, size=(11, 13), mode="bilinear", align_corners=False,
+                                                   antialias=True)[0].permute(1, 2, 0)
+        torch.testing.assert_close(floats[item], expected)
+    rounded = resize.bilinear(canvas, regions, (11, 13), rounded=True)
+    assert rounded.dtype == torch.uint8
+    assert (rounded.int() - floats.round().int()).abs().max() <= 1
 
 
 def test_centre_crop_and_normalised_float_images(cityscapes):

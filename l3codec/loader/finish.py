@@ -14,8 +14,8 @@ class Finish:
 
     Runs on the device (GPU path) or in a worker (CPU path) with the same geometry rules."""
 
-    def __init__(self, normalize=None, channels_last: bool = True, resize: str = "matmul"):
-        self.normalize, self.channels_last, self.resize = normalize, channels_last, resize
+    def __init__(self, normalize=None, channels_last: bool = True):
+        self.normalize, self.channels_last = normalize, channels_last
 
     def field(self, name: str, flat: torch.Tensor, layout, crops) -> object:
         """One field's output: a batched tensor when the field has one canvas and one output size, else a list."""
@@ -37,9 +37,7 @@ class Finish:
     def _resized(self, name, canvas, regions, size):
         if name != "image":
             return resize.nearest(canvas, regions, size)
-        if self.resize == "matmul":
-            return resize.bilinear(canvas, regions, size)
-        return torch.stack([resize.interpolate(canvas[i, :h, :w], size) for i, (h, w) in enumerate(regions.tolist())])
+        return resize.bilinear(canvas, regions, size, rounded=self.normalize is None)
 
     def _one(self, name, flat, layout, crop, i) -> torch.Tensor:
         """Item i of a field whose items differ in channels, dtype or output size."""

@@ -96,8 +96,7 @@ class Loader:
         self.decode_step, self.on_error, self.transform = decode_step, on_error, transform
         self.num_workers, self.prefetch_factor, self.prefetch = num_workers, prefetch_factor, max(1, prefetch)
         self.multiprocessing_context, self.timeout = multiprocessing_context, timeout
-        resize = "matmul" if dataset.decode == "gpu" else "interpolate"
-        self.finish = Finish(normalize, channels_last, resize)
+        self.finish = Finish(normalize, channels_last)
         self._device = _Device(self.device)
         self._ring = None  # staging slots, made on first use
         self._batches_loader = self._requests = None  # made on first use
