@@ -496,6 +496,7 @@ def sass_per_sample_report(frames: list, sass_lines: dict, out) -> None:
     print("| mode | frames | warp-instructions per sample | of which write-out "
           "| SASS not matched to a line the emulation ran | top source lines (instructions per sample) |", file=out)
     print("|---|---|---|---|---|---|", file=out)
+    per_sample = {}
     for mode, (kernel, _) in MODE_KERNELS.items():
         coverage = WarpCoverage()
         samples, _ = emulate_frames(frames, mode, coverage=coverage)
@@ -517,6 +518,31 @@ def sass_per_sample_report(frames: list, sass_lines: dict, out) -> None:
                       file=sys.stderr)
         print(f"| {mode} | {len(frames)} | {sum(cost.values()) / samples:.2f} | {write_out / samples:.2f} | "
               f"{unmatched / max(sum(sass.values()), 1):.0%} | {described} |", file=out)
+        per_sample[mode] = sum(cost.values()) / samples
+    throughput_estimate(per_sample, out)
+
+
+# H100 SXM: 132 SMs at a 1.755 GHz sustained clock. Each SM has four schedulers that issue one
+# warp-instruction per cycle at best; the integer multiply-add and compare pipes these kernels
+# lean on are 16 lanes per scheduler, so a warp-instruction of them takes two cycles. Hence a
+# range of 2 to 4 warp-instructions per cycle per SM, not 4 alone.
+H100_SMS, H100_CLOCK_HZ, ISSUE_PER_CYCLE = 132, 1.755e9, (2.0, 4.0)
+
+
+def throughput_estimate(per_sample: dict, out) -> None:
+    """Decoded GB/s on one H100 implied by the warp-instructions per sample, for a range of
+    instructions per cycle; 8-bit samples (one byte each), issue-bound, memory and latency free."""
+    print("\n## Decoded output on one H100 implied by those counts (ESTIMATE)\n", file=out)
+    print(f"Assumed: {H100_SMS} SMs at {H100_CLOCK_HZ / 1e9:.3f} GHz, {ISSUE_PER_CYCLE[0]:g} to "
+          f"{ISSUE_PER_CYCLE[1]:g} warp-instructions issued per cycle per SM (4 schedulers; the integer "
+          "pipes these kernels use most are 16 lanes wide, so half rate); GB/s = SMs x clock x issue rate / "
+          "warp-instructions per sample, one byte per sample. Issue-bound only: memory latency, occupancy "
+          "and launch gaps lower it further.\n", file=out)
+    print("| mode | warp-instructions per sample | GB/s at 2 per cycle | GB/s at 4 per cycle |", file=out)
+    print("|---|---|---|---|", file=out)
+    for mode, count in per_sample.items():
+        low, high = (H100_SMS * H100_CLOCK_HZ * rate / count / 1e9 for rate in ISSUE_PER_CYCLE)
+        print(f"| {mode} | {count:.2f} | {low:.0f} | {high:.0f} |", file=out)
 
 
 _WRITE_OUT = ("write_tile_sectors",)
@@ -537,6 +563,47 @@ def _in_write_out(key) -> bool:
 # ---------------------------------------------------------------- measurement (GPU)
 
 
+def kernel_seconds(items: list, backend: str, repeat: int) -> float:
+    """Best time of the launches alone (CUDA events around launch_packed), the packed batch
+    copied to the device once beforehand; the first launch (compiling, loading) is not timed."""
+    from l3codec import batch as batching
+    from l3codec import gpu
+
+    prepared = gpu.prepare(items)
+    layout = batching.packed_layout(prepared)
+    host = np.zeros(max(layout.size, 1), np.uint8)
+    batching.write_packed(prepared, layout, host)
+    best = math.inf
+    if backend == "cupy":
+        import cupy
+
+        buffer, out = cupy.asarray(host), cupy.empty(max(prepared.out_size, 1), np.uint8)
+        status = cupy.zeros(len(prepared.infos), np.int32)
+        start, end = cupy.cuda.Event(), cupy.cuda.Event()
+        for attempt in range(repeat + 1):
+            start.record()
+            gpu.launch_packed(prepared, layout, buffer, out, status, backend="cupy")
+            end.record()
+            end.synchronize()
+            if attempt:
+                best = min(best, cupy.cuda.get_elapsed_time(start, end) / 1e3)
+        return best
+    from numba import cuda
+
+    stream = cuda.stream()
+    buffer, out = cuda.to_device(host, stream=stream), cuda.device_array(max(prepared.out_size, 1), np.uint8)
+    status = cuda.to_device(np.zeros(len(prepared.infos), np.int32), stream=stream)
+    start, end = cuda.event(), cuda.event()
+    for attempt in range(repeat + 1):
+        start.record(stream)
+        gpu.launch_packed(prepared, layout, buffer, out, status, backend="numba", stream=stream)
+        end.record(stream)
+        end.synchronize()
+        if attempt:
+            best = min(best, start.elapsed_time(end) / 1e3)  # milliseconds
+    return best
+
+
 def measure(frames: list, batch: int, repeat: int, out) -> None:
     from numba import cuda
 
@@ -545,13 +612,18 @@ def measure(frames: list, batch: int, repeat: int, out) -> None:
     items = [frames[i % len(frames)] for i in range(batch)]
     raw = sum(f.nbytes for f in items)
     print(f"## Measured on {cuda.get_current_device().name.decode()}: batch of {batch}\n", file=out)
-    print("| decoder | images/s | output GB/s |", file=out)
-    print("|---|---|---|", file=out)
+    print("Kernels: the launches alone, timed with CUDA events, the packed batch already on the device. "
+          "End to end: decode_batch from host bytes (validation and checksums, packing, one copy, the "
+          "launches, the status read back), timed on the host.\n", file=out)
+    print("| decoder | kernels: images/s | kernels: output GB/s | end to end: images/s | end to end: output GB/s |",
+          file=out)
+    print("|---|---|---|---|---|", file=out)
     for mode in ("compact", "fast"):
         datas = [l3codec.encode(f, mode=mode) for f in frames]
         batch_items = [datas[i % len(datas)] for i in range(batch)]
         for backend in gpu.BACKENDS:
             try:
+                kernels = kernel_seconds(batch_items, backend, repeat)
                 gpu.decode_batch(batch_items, backend=backend)
                 best = math.inf
                 for _ in range(repeat):
@@ -559,9 +631,10 @@ def measure(frames: list, batch: int, repeat: int, out) -> None:
                     gpu.decode_batch(batch_items, backend=backend)
                     cuda.synchronize()
                     best = min(best, time.perf_counter() - start)
-                print(f"| l3 {mode}, {backend} | {batch / best:.0f} | {raw / best / 1e9:.2f} |", file=out)
+                print(f"| l3 {mode}, {backend} | {batch / kernels:.0f} | {raw / kernels / 1e9:.2f} | "
+                      f"{batch / best:.0f} | {raw / best / 1e9:.2f} |", file=out)
             except Exception as error:  # noqa: BLE001 - one backend failing must not hide the others
-                print(f"| l3 {mode}, {backend} | failed: {error} | |", file=out)
+                print(f"| l3 {mode}, {backend} | failed: {error} | | | |", file=out)
     pngs = [cv2.imencode(".png", f)[1] for f in frames]
     start = time.perf_counter()
     for i in range(batch):
