@@ -52,7 +52,9 @@ MODE_FAST = fmt.MODE_FAST
 
 @dataclass
 class Launch:
-    """The tables for one kernel launch: the items of one mode."""
+    """The tables for one kernel launch: the items of one mode and one channel count (a launch
+    mixing 1-channel label maps with 3-channel images would run the label tiles with idle warps
+    and the images' shared memory)."""
 
     mode: int
     items: np.ndarray  # ITEM_DTYPE, one per item in this launch
@@ -204,8 +206,9 @@ def assemble(plans, data: np.ndarray, /, *, layout=None, data_offsets=None) -> B
 
     launches = []
     modes = np.array([fmt.MODES[info.mode] for info in infos])
-    for mode in (MODE_COMPACT, MODE_FAST):
-        chosen = np.flatnonzero(modes == mode)
+    channels = np.array([info.channels for info in infos])
+    for mode, count in ((mode, count) for mode in (MODE_COMPACT, MODE_FAST) for count in range(1, 5)):
+        chosen = np.flatnonzero((modes == mode) & (channels == count))
         if chosen.size == 0:
             continue
         task_lists = []

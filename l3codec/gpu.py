@@ -1,4 +1,4 @@
-"""Batched GPU decoding: host validation, one host-to-device copy, one launch per mode.
+"""Batched GPU decoding: host validation, one host-to-device copy, one launch per mode and channel count.
 
     images = l3codec.gpu.decode_batch([data0, data1, ...], backend="cupy")
 

@@ -5,7 +5,7 @@
     batch = l3codec.torch.decode([data0, data1], device="cuda", stack=True)  # one NCHW tensor
 
 Items are bytes-like or uint8 tensors (``torchvision.io.read_file``'s result). On CUDA the
-batch decodes in one launch per mode on torch's current stream, straight into memory that
+batch decodes in one launch per mode and channel count on torch's current stream, straight into memory that
 torch allocated: the CuPy backend sees it through DLPack, the Numba one through the CUDA
 array interface, and nothing is copied. On the CPU the Numba decoder writes into the
 tensors' memory. The core package never imports this module: torch stays optional.

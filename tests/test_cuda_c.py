@@ -159,10 +159,13 @@ def test_mixed_batch_both_modes_both_sample_sizes():
             _encode(make_image(kind, h, w, channels, dtype, i), mode, 16 * (1 + i % 2), 8 * (1 + i % 2))
         )
         regions.append(None if i % 2 else (i, 2 * i, h - 2 * i, w - 3 * i))
+    files.append(_encode(make_image("noise", 20, 30, 3, np.uint16, 9), "compact", 16, 8))  # beside item 0's 8 bits
+    regions.append(None)
     batch = l3batch.prepare(files, regions)
-    # one launch per mode, each holding 8- and 16-bit items
-    assert [launch.mode for launch in batch.launches] == sorted(cuda_c.KERNELS)
-    assert all(set(launch.items["bits"]) == {8, 16} for launch in batch.launches)
+    # one launch per mode and channel count; one kernel takes 8- and 16-bit items alike
+    assert sorted({launch.mode for launch in batch.launches}) == sorted(cuda_c.KERNELS)
+    assert len(batch.launches) == 6 and all(len(set(launch.items["channels"])) == 1 for launch in batch.launches)
+    assert any(set(launch.items["bits"]) == {8, 16} for launch in batch.launches)
     _assert_matches_cpu(files, regions)
 
 

@@ -106,3 +106,19 @@ def test_numba_kernels_load_from_the_disk_cache_in_a_new_process():
         assert run.returncode == 0, run.stderr[-2000:]
     hits, misses = (int(v) for v in runs[1].stdout.split()[-2:])
     assert (hits, misses) == (2, 0)  # both kernels came from the cache the first run filled
+
+
+def test_a_batch_mixing_channel_counts_launches_once_per_mode_and_channel_count():
+    """Label maps (1 channel) and images (3) of one mode get separate launches, so label tiles do
+    not run with the image tiles' idle warps and shared memory; every item still decodes."""
+    import l3codec
+    from l3codec import batch as l3batch
+
+    rng = np.random.default_rng(1)
+    images = [rng.integers(0, 256, (24, 40, 3), dtype=np.uint8), rng.integers(0, 8, (24, 40), dtype=np.uint8),
+              rng.integers(0, 256, (16, 32, 3), dtype=np.uint8)]
+    items = [l3codec.encode(image, mode="fast") for image in images]
+    prepared = l3batch.prepare(items)
+    assert [(launch.mode, launch.max_channels, launch.item_index.tolist()) for launch in prepared.launches] == [
+        (l3batch.MODE_FAST, 1, [1]), (l3batch.MODE_FAST, 3, [0, 2])]
+    assert all(int(launch.items["channels"].min()) == launch.max_channels for launch in prepared.launches)

@@ -154,10 +154,12 @@ def test_fast_launch_geometry_stays_within_shared_memory():
     wide = l3codec.encode(np.zeros((2, 4096, 4), np.uint16), mode="fast", tile_width=4096)
     with pytest.raises(RuntimeError, match="shared memory"):
         numba_kernels.launch_geometry(batch.prepare([wide]).launches[0])
-    # items that fit alone fit together: the ring is sized per item, not by the widest and the most channels
-    narrow = l3codec.encode(np.zeros((2, 256, 4), np.uint8), mode="fast", tile_width=256)
+    # items that fit alone fit together: the ring is sized per item, not by the widest (a launch
+    # holds one channel count: 4-channel items would go to a launch of their own)
+    narrow = l3codec.encode(np.zeros((2, 256), np.uint8), mode="fast", tile_width=256)
     single = l3codec.encode(np.zeros((2, 4096), np.uint16), mode="fast", tile_width=4096)
     launch, = batch.prepare([narrow, single]).launches
+    assert len(batch.prepare([narrow, wide]).launches) == 2
     _, _, _, shared, (rows,) = numba_kernels.launch_geometry(launch)
     assert shared + numba_kernels.FAST_STATIC_SHARED <= numba_kernels.SHARED_LIMIT
     assert rows == numba_kernels.fast_ring_rows(batch.prepare([single]).launches[0])

@@ -11,7 +11,7 @@
 
 decode="gpu": DataLoader workers read each batch's compressed bytes straight into a reused
 pinned staging buffer and validate them (l3codec.staging); the main process copies that
-buffer to the device on a side stream and decodes it with one launch per mode, with a
+buffer to the device on a side stream and decodes it with one launch per mode and channel count, with a
 region per crop; `prefetch` batches are copied and decoded ahead of the one the training
 step uses. decode="cpu": the workers decode with the Numba CPU decoder (one thread each).
 Crops, flips and resizes use one geometry per sample for all of its fields (images
