@@ -278,7 +278,7 @@ def bench_folder(folder: Path, registry: list[Codec], repeat: int) -> list[dict]
         image = load(path)
         print(f"  {path.name} {image.shape} {image.dtype}", flush=True)
         for codec in registry:
-            rec = {"folder": folder.name, "file": path.name,
+            rec = {"folder": folder.name, "file": path.name, "source_bytes": path.stat().st_size,
                    "shape": list(image.shape), "dtype": str(image.dtype),
                    "pixels": image.shape[0] * image.shape[1], "codec": codec.name,
                    "threads": 1, **measure(codec, image, repeat, 1)}
@@ -321,6 +321,7 @@ def summarise(records: list[dict], registry: list[Codec]) -> list[dict]:
             total = sum(r["bytes"] for r in ok)
             ref_keys = [(r["folder"], r["file"]) for r in ok]
             row.update(bytes=total, bpp=8 * total / px,
+                       vs_source=total / sum(r["source_bytes"] for r in ok),
                        vs_png=(total / sum(ref[k] for k in ref_keys)
                                if all(k in ref for k in ref_keys) else None),
                        enc_mps=px / 1e6 / sum(r["encode_s"] for r in ok),
@@ -340,10 +341,10 @@ def fmt(x, spec: str) -> str:
 
 
 def markdown_table(rows: list[dict]) -> str:
-    head = ("| codec | images ok | total bytes | bpp | size vs PNG | "
+    head = ("| codec | images ok | total bytes | bpp | size vs PNG | size vs source files | "
             "enc MP/s 1T | dec MP/s 1T | "
             f"enc MP/s {ALL_THREADS}T | dec MP/s {ALL_THREADS}T |")
-    lines = [head, "|" + "---|" * 9]
+    lines = [head, "|" + "---|" * 10]
     for r in rows:
         count = f"{r['ok']}/{r['images']}"
         if r["n/a"]:
@@ -352,7 +353,7 @@ def markdown_table(rows: list[dict]) -> str:
             count += f" **{len(r['failed'])} FAILED**"
         lines.append(
             f"| {r['codec']} | {count} | {fmt(r.get('bytes'), ',')} | "
-            f"{fmt(r.get('bpp'), '.2f')} | {fmt(r.get('vs_png'), '.3f')} | "
+            f"{fmt(r.get('bpp'), '.2f')} | {fmt(r.get('vs_png'), '.3f')} | {fmt(r.get('vs_source'), '.3f')} | "
             f"{fmt(r.get('enc_mps'), '.1f')} | {fmt(r.get('dec_mps'), '.1f')} | "
             f"{fmt(r.get('enc_mps_all'), '.1f')} | {fmt(r.get('dec_mps_all'), '.1f')} |")
     failures = [f"- {r['codec']}: " + ", ".join(r["failed"]) for r in rows if r["failed"]]
@@ -421,7 +422,8 @@ def write_markdown(path: Path, info: dict, sections: list[tuple[str, list[dict]]
         "",
         f"Times are the best of {repeat} runs per image; MP/s = total megapixels / "
         "sum of per-image times. bpp = bits per pixel (not per sample). "
-        f"\"size vs PNG\" = codec total / {REFERENCE} total over the same images. "
+        f"\"size vs PNG\" = codec total / {REFERENCE} total over the same images (a re-encode); "
+        "\"size vs source files\" = codec total / the PNG files' own bytes, as the user has them. "
         "\"1T\" = one thread (Numba, OpenCV, libjxl set to 1); "
         f"\"{ALL_THREADS}T\" = all {ALL_THREADS} Numba threads, given only for codecs with "
         "their own thread pool. L3 decode keeps its default payload checksum "
