@@ -7,6 +7,8 @@ import os
 import signal
 import sys
 
+from l3codec import format as fmt
+
 EXAMPLES = """examples:
   l3convert folder ~/photos ~/photos-l3                   ImageFolder tree (class = directory) or plain images
   l3convert cityscapes ~/cityscapes ~/cityscapes-l3       leftImg8bit + gtFine, every split found
@@ -41,7 +43,7 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument("dst", help="the new dataset directory (must be new or empty, unless --resume)")
         command.add_argument("--split", help="convert only this split (folder: the split name to use)"
                              + (" [default: train]" if name == "folder" else " [default: every split found]"))
-        command.add_argument("--mode", choices=("compact", "fast"), default="compact",
+        command.add_argument("--mode", choices=tuple(fmt.MODES), default="compact",
                              help="L3 mode for images [default: compact]"
                              + ("; label maps are always compact" if name == "cityscapes" else ""))
         command.add_argument("--tile-width", type=_positive, help="L3 tile width (default: the mode's)")

@@ -24,10 +24,10 @@ from pathlib import Path
 
 import numpy as np
 
+from l3codec.format import MODE_COMPACT, MODE_FAST
+
 KERNEL_DIR = Path(__file__).resolve().parent
 SOURCES = ("compact.cu", "fast.cu")
-MODE_COMPACT = 0
-MODE_FAST = 1
 KERNELS = {  # mode: (source, kernel)
     MODE_COMPACT: ("compact.cu", "l3_decode_compact"),
     MODE_FAST: ("fast.cu", "l3_decode_fast"),

@@ -288,7 +288,7 @@ def _parser() -> argparse.ArgumentParser:
         default_output="INPUT with .l3 beside it (a.png -> a.l3)", epilog=ENCODE_POLICY,
     )
     command.add_argument(
-        "--mode", choices=("compact", "fast"), default="compact",
+        "--mode", choices=tuple(fmt.MODES), default="compact",
         help="compact: smallest files (default); fast: row-parallel, faster to encode and decode",
     )
     command.add_argument(

@@ -42,7 +42,6 @@ FIELDS = {
 # Members that are not images: the class index as ASCII decimal, and per-sample JSON (e.g. polygons).
 CLASS_SUFFIX = "cls"
 JSON_MEMBER = "json"
-SUFFIXES = {**FIELDS, JSON_MEMBER: "json"}
 
 TAR_BLOCK = 512
 WDS2IDX_VERSION = "v1.2"
