@@ -12,7 +12,7 @@ written per image, warp steps per tile, and the fraction of lane-steps that do
 useful work under the kernels' schedules. Nothing there is a measurement of speed.
 
 Everywhere: the global memory traffic of the CUDA C kernels, counted per warp
-instruction by the host emulation (tests/emulation.py) while it decodes the frames bit
+instruction by the host emulation (kernels/emulation.py) while it decodes the frames bit
 for bit, and the SASS instruction counts of the sm_90 cubins (nvdisasm from the
 nvidia-cuda-nvdisasm package; the section is skipped without it).
 
@@ -38,7 +38,6 @@ import numpy as np
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))  # the host emulation of the CUDA C kernels
 
 import l3codec  # noqa: E402
 from l3codec import format as fmt  # noqa: E402
@@ -207,7 +206,7 @@ def emulate_frames(frames: list, mode: str, **counters) -> tuple:
     """Decode each frame (one launch each) with the host emulation of the CUDA C kernels, adding to
     the counters given (traffic=, coverage=); check the result is exact. Returns (samples,
     compressed bytes)."""
-    from emulation import decode_batch_emulated
+    from l3codec.kernels.emulation import decode_batch_emulated
 
     samples = compressed = 0
     for frame in frames:
@@ -222,10 +221,10 @@ def emulate_frames(frames: list, mode: str, **counters) -> tuple:
 
 def traffic_report(frames: list, out) -> None:
     """Global memory traffic of the CUDA C kernels decoding each frame, counted by the host
-    emulation per warp instruction (tests/cuda_emulation.h): lanes' bytes requested, and the
+    emulation per warp instruction (kernels/cuda_emulation.h): lanes' bytes requested, and the
     32-byte sectors each warp instruction touches, as a GPU coalesces them."""
     try:
-        from emulation import Traffic
+        from l3codec.kernels.emulation import Traffic
     except Exception as error:  # noqa: BLE001 - no g++ or no emulation: say why
         print(f"\n(no emulated traffic: {error})", file=out)
         return
@@ -472,7 +471,7 @@ def sass_per_sample_report(frames: list, sass_lines: dict, out) -> None:
     """ESTIMATED warp-instructions per sample: the sm_90 SASS of each source line (per inlined copy),
     times how often warps ran that line while the coverage build decoded the frames."""
     try:
-        from emulation import WarpCoverage
+        from l3codec.kernels.emulation import WarpCoverage
     except Exception as error:  # noqa: BLE001 - no g++ or no emulation: say why
         print(f"\n(no SASS per sample: {error})", file=out)
         return

@@ -3,7 +3,7 @@
 // Everything here mirrors the normative Python (l3codec/bitio.py, compact.py, fast.py,
 // colour.py, cpu.py) and must decode bit for bit like it. The kernels are plain CUDA C++
 // with no library headers, so they build unchanged with NVRTC and, for the tests, with
-// g++ under tests/cuda_emulation.h.
+// g++ under cuda_emulation.h.
 #pragma once
 
 #include "l3_batch.cuh"

@@ -1,5 +1,5 @@
 """The CUDA C kernels (kernels/*.cu): bit-exact against the CPU decoder, run on the CPU under the
-coroutine emulator of tests/cuda_emulation.h; NVRTC resource checks; a real-GPU check when one exists."""
+coroutine emulator of kernels/cuda_emulation.h; NVRTC resource checks; a real-GPU check when one exists."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 import l3codec
 from corruption import mutate_payload, status_cases
-from emulation import (
+from l3codec.kernels.emulation import (
     ITEM_FIELDS,
     TASK_FIELDS,
     EmulationError,

@@ -2,7 +2,7 @@
 
 The GPU path (staging into a shared buffer, one packed buffer of bytes and launch tables,
 canvas layout with row pitches, regions, flips, statuses, prefetch) runs without a GPU with
-its decode step replaced: by the CUDA C kernels under the host emulator (tests/emulation.py)
+its decode step replaced: by the CUDA C kernels under the host emulator (l3codec.kernels.emulation)
 or by the CPU decoder honouring the same tables (loader.host_decode_step). Tests marked
 `cuda` run the real path where a GPU exists.
 """
@@ -82,7 +82,7 @@ def _source(frames, key):
 def emulated_decode_step(staged, buffer, out, status, stream):
     """The loader's decode step through the CUDA C kernels under the host emulator, launched on the
     packed buffer's own tables exactly as gpu.launch_packed launches them on a device."""
-    import emulation
+    from l3codec.kernels import emulation
     from l3codec.kernels import cuda_c
 
     lib = emulation.kernel_library()

@@ -1,4 +1,4 @@
-"""The emulator's global memory traffic counters (tests/cuda_emulation.h): a small probe
+"""The emulator's global memory traffic counters (kernels/cuda_emulation.h): a small probe
 kernel with known access patterns, then invariants of the l3codec kernels' traffic.
 
 Expected counts are derived here from each pattern's addresses, the way a GPU coalesces a
@@ -13,7 +13,7 @@ import shutil
 
 import numpy as np
 import pytest
-from emulation import (
+from l3codec.kernels.emulation import (
     BUILD_FLAGS,
     ORDERS,
     TRAFFIC_EXPORTS,

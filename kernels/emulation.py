@@ -1,10 +1,10 @@
-"""Run the CUDA C kernels on the CPU: the unchanged .cu files built with g++ under tests/cuda_emulation.h.
+"""Run the CUDA C kernels on the CPU: the unchanged .cu files built with g++ under cuda_emulation.h.
 
 decode_batch_emulated() prepares a batch with l3codec.batch.prepare (so the kernels get
 exactly the tables a GPU gets), runs every launch through the emulator and returns the
 per-item images and statuses; given a Traffic, it also counts the kernels' global memory
 accesses per warp instruction (a build with g++'s -fsanitize=thread hooks, see
-tests/cuda_emulation.h). Libraries are cached in a directory keyed by the hash of
+cuda_emulation.h beside this file). Used by the tests and by bench/gpu.py. Libraries are cached in a directory keyed by the hash of
 every source, header and flag ($L3_EMULATION_CACHE, default <tmp>/l3codec-emulation).
 Needs g++ (or $CXX) and Linux (ucontext, mmap guard pages).
 """
@@ -24,8 +24,7 @@ import numpy as np
 from l3codec import batch as l3batch
 from l3codec.kernels import cuda_c
 
-ROOT = Path(__file__).resolve().parents[1]
-KERNEL_DIR = ROOT / "kernels"
+KERNEL_DIR = Path(__file__).resolve().parent
 EMULATION_HEADER = Path(__file__).resolve().parent / "cuda_emulation.h"
 CXX = os.environ.get("CXX", "g++")
 CXXFLAGS = (

@@ -1,6 +1,6 @@
 // Host emulation of the CUDA C subset the l3codec kernels use, for tests on machines without a GPU.
 //
-// Include it first (g++ -include tests/cuda_emulation.h) and compile the UNCHANGED .cu
+// Include it first (g++ -include kernels/cuda_emulation.h) and compile the UNCHANGED .cu
 // files as C++17. Under nvcc or NVRTC it defines nothing.
 //
 // Every CUDA thread of a block runs as a coroutine (ucontext to start, _setjmp/_longjmp to
