@@ -25,6 +25,7 @@ import numpy as np
 
 import l3codec
 from l3codec import dataset, sources
+from l3codec.fields import field as field_named
 from l3codec.format import MODES, L3Error
 from l3codec.sources import UnreadableSource
 
@@ -33,7 +34,6 @@ from .layouts import find_layout
 from .pixels import LOSSY_SUFFIXES, resize, target_size
 
 WORK_DIR = dataset.CONVERSION_WORK_DIR
-LABEL_FIELDS = ("labelIds", "instanceIds", "color")  # always stored compact, never resized smoothly
 LOSSY_EXPANSION = 4  # planning guess: L3 bytes per byte of JPEG/WebP source (lossless sources: 1)
 CONVERTER_VERSION = 1
 
@@ -164,10 +164,9 @@ def _encode_sample(sample, fields, options) -> tuple:
     size = target_size(*base, max_side=options["max_side"], resize_short=options["resize_short"])
     images, infos = {}, {}
     for member, array in arrays.items():
-        labels = member in LABEL_FIELDS
-        array = resize(array, size, labels=labels)
-        data = l3codec.encode(array, mode="compact" if labels else options["mode"],
-                              tile_width=options["tile_width"])
+        kind = field_named(member)
+        array = resize(array, size, labels=kind.is_label)
+        data = l3codec.encode(array, mode=kind.encoding_mode(options["mode"]), tile_width=options["tile_width"])
         if options["verify"] and not _same_pixels(l3codec.decode(data), array):
             raise VerifyError(f"{member}: decoded L3 pixels differ from the source pixels")
         images[member], infos[member] = data, l3codec.info(data)

@@ -20,6 +20,7 @@ import time
 
 import numpy as np
 
+from .fields import CLASS_SUFFIX, IMAGE_FIELDS, JSON_MEMBER
 from .format import FAST_V1_REFUSED, L3Error
 
 DATASET_FORMAT = "l3dataset"
@@ -32,16 +33,8 @@ CONVERSION_WORK_DIR = ".l3convert"  # l3convert's plan and finished-shard record
 MANIFEST_NAME = "manifest.json"
 INDEX_NAME = "index.npy"
 
-# Image-like fields (each an L3 file) and their tar member suffixes, in member order.
-FIELDS = {
-    "image": "l3",
-    "labelIds": "labelIds.l3",
-    "instanceIds": "instanceIds.l3",
-    "color": "color.l3",
-}
-# Members that are not images: the class index as ASCII decimal, and per-sample JSON (e.g. polygons).
-CLASS_SUFFIX = "cls"
-JSON_MEMBER = "json"
+# Image-like fields (each an L3 file) and their tar member suffixes, in member order (l3codec.fields).
+FIELDS = {name: field.suffix for name, field in IMAGE_FIELDS.items()}
 
 TAR_BLOCK = 512
 WDS2IDX_VERSION = "v1.2"

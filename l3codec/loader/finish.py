@@ -6,6 +6,7 @@ import numpy as np
 import torch
 
 from .. import resize
+from .. import fields
 from ..torch import TORCH_DTYPES
 
 
@@ -35,7 +36,7 @@ class Finish:
         return self._present(name, resize.flip_where(images, crops), batched=True)
 
     def _resized(self, name, canvas, regions, size):
-        if name != "image":
+        if fields.field(name).resampling == "nearest":
             return resize.nearest(canvas, regions, size)
         return resize.bilinear(canvas, regions, size, rounded=self.normalize is None)
 
@@ -57,7 +58,7 @@ class Finish:
 
     def _present(self, name, images: torch.Tensor, batched: bool) -> torch.Tensor:
         """HWC (NHWC) -> CHW (NCHW) for images, HW (NHW) for one-channel label maps; normalised images."""
-        if name != "image":
+        if fields.field(name).is_label:
             return images[..., 0] if images.shape[-1] == 1 else images.movedim(-1, -3)
         if self.normalize is not None:
             mean, std = (torch.tensor(v, dtype=torch.float32, device=images.device) for v in self.normalize)
