@@ -28,7 +28,7 @@ def progress_sink():
     return _progress_queue
 
 
-def _init_pool_process(queue, coordinator: int) -> None:
+def _init_pool_process(queue, coordinator: int, warm: tuple = ()) -> None:
     global _progress_queue
     _progress_queue = queue
     # the pool's processes are children of the forkserver, not of the coordinator: they watch it
@@ -38,6 +38,20 @@ def _init_pool_process(queue, coordinator: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # One Numba thread per process, so N processes use N cores and do not oversubscribe them.
     os.environ["NUMBA_NUM_THREADS"] = "1"
+    _compile_ahead(warm)
+
+
+def _compile_ahead(warm: tuple) -> None:
+    """Compile (or load) what the tasks will run, each function in one worker at a time: a
+    worker takes the list from its own starting point, so two workers compile two different
+    functions side by side, then load each other's from the cache instead of compiling it too."""
+    from l3codec import warmup
+
+    if not warm:
+        return
+    start = os.getpid() % len(warm)
+    for verb, mode, bits, channels in warm[start:] + warm[:start]:
+        warmup.exercise_once(verb, mode, bits, channels)
 
 
 class InlineExecutor:
@@ -69,13 +83,14 @@ class PoolExecutor:
 
     parallel = True
 
-    def __init__(self, workers: int):
+    def __init__(self, workers: int, warm: tuple = ()):
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload([f"{__package__}.pool_warmup"])
         self.progress_queue = context.Queue()
         self.workers = workers
         self._pool = concurrent.futures.ProcessPoolExecutor(
-            workers, mp_context=context, initializer=_init_pool_process, initargs=(self.progress_queue, os.getpid())
+            workers, mp_context=context, initializer=_init_pool_process,
+            initargs=(self.progress_queue, os.getpid(), tuple(warm)),
         )
 
     def submit(self, fn, /, *args, **kwargs):
@@ -123,8 +138,9 @@ class DaskExecutor:
         self._client.close()
 
 
-def make_executor(workers: int | None, scheduler):
-    """Inline for workers 0/1 without a scheduler, Dask with one, else a pool of workers (default: all cores)."""
+def make_executor(workers: int | None, scheduler, warm: tuple = ()):
+    """Inline for workers 0/1 without a scheduler, Dask with one, else a pool of workers (default: all cores)
+    that first compile `warm`: (verb, mode, bits, channels) of l3codec.warmup.exercise."""
     if scheduler is not None:
         return DaskExecutor(scheduler)
     if workers is None:
@@ -133,4 +149,4 @@ def make_executor(workers: int | None, scheduler):
         return InlineExecutor()
     if workers < 0:
         raise ValueError(f"workers must be >= 0, not {workers}")
-    return PoolExecutor(workers)
+    return PoolExecutor(workers, warm)

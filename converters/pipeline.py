@@ -435,6 +435,17 @@ class _Progress:
             self.bar.close()
 
 
+def _compile_list(found, mode: str, verify: bool) -> tuple:
+    """What the workers will compile: the encoder (and with verify the decoder) of the images'
+    mode for 8-bit samples, and of compact for 8- and 16-bit label maps where the layout has them.
+    Rarer types (16-bit images) compile when first met."""
+    verbs = ("encode", "decode") if verify else ("encode",)
+    kinds = {(field_named(member).encoding_mode(mode), 8 if member == "image" else bits)
+             for fields in found.fields.values() for member in fields
+             for bits in ((8,) if member == "image" else (8, 16))}
+    return tuple((verb, kind_mode, bits, 3 if bits == 8 else 1) for verb in verbs for kind_mode, bits in sorted(kinds))
+
+
 def convert(layout: str, src, dst, /, *, split: str | None = None, mode: str = "compact",
             tile_width: int | None = None, shard_size=AUTO_SHARD_SIZE, workers: int | None = None, scheduler=None,
             verify: bool = False, resume: bool = False, max_side: int | None = None,
@@ -465,7 +476,8 @@ def convert(layout: str, src, dst, /, *, split: str | None = None, mode: str = "
     fingerprint = _plan_fingerprint(found.name, tasks, byte_options)
     if resume and os.path.exists(os.path.join(dst, dataset.MANIFEST_NAME)):
         return _summary_from_manifest(dst, fingerprint, started)
-    executor = executors.make_executor(workers, scheduler)  # before anything is written: a scheduler may not answer
+    # before anything is written: a scheduler may not answer
+    executor = executors.make_executor(workers, scheduler, warm=_compile_list(found, mode, verify))
     try:
         lock = _prepare_destination(dst, fingerprint, resume, found.splits)
     except BaseException:

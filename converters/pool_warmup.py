@@ -1,6 +1,7 @@
-"""Imported once by the pool's forkserver, before it forks any worker: one Numba thread per process,
-and the codec's compiled functions loaded (from Numba's cache) once, so that every worker forked from
-the server starts with them instead of loading them again. Importing this module is its whole job."""
+"""Imported once by the pool's forkserver, before it forks any worker: one Numba thread per process
+and the codec imported once, so every worker forked from the server starts with it. What the tasks
+compile is compiled by the workers themselves, one function per worker at a time
+(executors._compile_ahead). Importing this module is its whole job."""
 
 import os
 
@@ -9,11 +10,4 @@ os.environ["NUMBA_NUM_THREADS"] = "1"  # before numba is imported: no helper thr
 # thread per process never needs the others' thread safety
 os.environ["NUMBA_THREADING_LAYER"] = "workqueue"
 
-import numpy as np  # noqa: E402
-
 import l3codec  # noqa: E402
-
-for _mode in ("compact", "fast"):
-    for _image in (np.zeros((8, 16, 3), np.uint8), np.zeros((8, 16), np.uint8), np.zeros((8, 16), np.uint16),
-                   np.zeros((8, 16, 4), np.uint8)):
-        l3codec.decode(l3codec.encode(_image, mode=_mode))

@@ -56,6 +56,23 @@ def exercise(verb: str, mode: str, bits: int, channels: int) -> None:
     codec.decode(data)
 
 
+def exercise_once(verb: str, mode: str, bits: int, channels: int) -> None:
+    """exercise() holding the cache's lock for (verb, mode, bits): of several processes starting
+    at once (a converter's workers), one compiles and the others wait, then load from the cache."""
+    from . import cpu
+
+    folder = cpu.cache_path()
+    if fcntl is None or not _writable(folder):
+        exercise(verb, mode, bits, channels)
+        return
+    # not the siblings' lock: the verb's own first use may wait on that one (cpu.py), and a second
+    # open file of this process would never get it while this one held it
+    lock = lock_path(folder, verb, mode, bits).with_suffix(".workers.lock")
+    with open(lock, "a") as file:
+        fcntl.flock(file, fcntl.LOCK_EX)  # released when the file closes, or the process ends
+        exercise(verb, mode, bits, channels)
+
+
 def lock_path(cache_path: str, verb: str, mode: str, bits: int) -> pathlib.Path:
     return pathlib.Path(cache_path) / f"l3codec-{verb}-{mode}-{bits}.lock"
 
