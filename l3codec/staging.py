@@ -18,7 +18,7 @@ from dataclasses import dataclass, field as dataclass_field
 import numpy as np
 
 from . import batch as batching
-from .format import L3Error
+from .format import MAX_PIXELS, L3Error
 from .order import sample_rng
 
 
@@ -68,7 +68,7 @@ class BadSample(L3Error):
 
 
 def plan_samples(reader, indices, fields, geometry, *, seed: int, epoch: int, verify: bool = True,
-                 buffer: np.ndarray | None = None, skip_bad: bool = False) -> tuple:
+                 buffer: np.ndarray | None = None, skip_bad: bool = False, max_pixels: int = MAX_PIXELS) -> tuple:
     """(sample plans in batch order, skipped [(key, reason)], bytes written to buffer).
 
     buffer: copy each member's bytes into it back to back and validate the copy (GPU staging);
@@ -128,6 +128,7 @@ def plan_samples(reader, indices, fields, geometry, *, seed: int, epoch: int, ve
         raise BadSample("no good sample to substitute in this batch: " + "; ".join(f"{k!r}: {r}" for _, k, r in bad))
     for position, _, _ in bad:
         samples[position] = good  # its bytes are staged once; each item decodes them into its own place
+    batching.check_pixels([plan for sample in samples for plan in sample.plans], max_pixels)  # before any output
     return samples, [(key, reason) for _, key, reason in bad], written
 
 
@@ -165,10 +166,11 @@ def layout_fields(samples, fields) -> tuple:
 
 
 def stage_for_gpu(reader, indices, fields, geometry, buffer: np.ndarray, *, seed: int, epoch: int,
-                  verify: bool = True, skip_bad: bool = False) -> StagedBatch:
+                  verify: bool = True, skip_bad: bool = False, max_pixels: int = MAX_PIXELS) -> StagedBatch:
     """Read, validate and pack a batch into buffer (data, then the launch tables) for one launch."""
     samples, skipped, written = plan_samples(
-        reader, indices, fields, geometry, seed=seed, epoch=epoch, verify=verify, buffer=buffer, skip_bad=skip_bad
+        reader, indices, fields, geometry, seed=seed, epoch=epoch, verify=verify, buffer=buffer, skip_bad=skip_bad,
+        max_pixels=max_pixels,
     )
     layouts, out_size = layout_fields(samples, fields)
     plans = [plan for sample in samples for plan in sample.plans]  # sample-major

@@ -63,3 +63,19 @@ def test_inspect_deep_checks_the_index_shapes_against_the_files(converted):
     np.save(converted / "train" / "index.npy", index)
     report = inspect(converted, deep=True)
     assert not report["ok"] and any("the index says" in problem for problem in report["problems"])
+
+
+def test_a_loader_batch_over_max_pixels_is_refused_before_decoding(converted):
+    pytest.importorskip("torch")
+    from l3codec.loader import L3Dataset, Loader, host_decode_step
+
+    for decode, step in (("cpu", None), ("gpu", host_decode_step)):
+        loader = Loader(L3Dataset(converted, decode=decode, max_pixels=2000), 3, shuffle=False, device="cpu",
+                        decode_step=step)
+        with pytest.raises(L3Error, match="max_pixels|pixels"):
+            next(iter(loader))  # three 24x40 images: 2880 pixels
+        small = Loader(L3Dataset(converted, decode=decode, max_pixels=2000), 2, shuffle=False, device="cpu",
+                       decode_step=step)
+        assert len(next(iter(small))["key"]) == 2  # 1920 pixels pass
+    with pytest.raises(L3Error, match="exceed max_pixels"):
+        L3Dataset(converted, decode="cpu", max_pixels=100)[0]

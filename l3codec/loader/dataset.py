@@ -7,7 +7,7 @@ from torch.utils.data import Dataset, get_worker_info
 
 from .. import codec
 from .. import staging as stage
-from ..format import L3Error
+from ..format import MAX_PIXELS, L3Error
 from ..torch import chw_view
 
 DEFAULT_FIELDS = ("image", "labelIds")
@@ -28,12 +28,14 @@ class L3Dataset(Dataset):
     decode="gpu": each field's compressed bytes (a uint8 numpy array), for Loader to decode on the GPU.
     Each dict also holds "key", "index" and "label" (class index, -1 without classes), and goes
     through transform when given. root: a path or an fsspec URL (storage_options for its backend).
+    max_pixels: a batch whose decoded regions hold more pixels is refused (L3Error) before any
+    output is allocated; a sample alone, in dataset[i], likewise.
     cache: an l3codec.cache.SampleCache keeping the samples' compressed bytes on this node, shared
     by every worker and job that reads this dataset.
     """
 
     def __init__(self, root, split: str = "train", fields=None, decode: str = "gpu", transform=None, *,
-                 storage_options=None, verify: bool = True, cache=None):
+                 storage_options=None, verify: bool = True, cache=None, max_pixels: int = MAX_PIXELS):
         from ..dataset import open_dataset
 
         if decode not in ("gpu", "cpu"):
@@ -47,6 +49,7 @@ class L3Dataset(Dataset):
         if not fields or missing:
             raise L3Error(f"split {split!r} has fields {present}; asked for {fields}")
         self.fields, self.decode, self.transform, self.verify = fields, decode, transform, verify
+        self.max_pixels = max_pixels
         self._threads_set = False
 
     def __len__(self) -> int:
@@ -66,7 +69,7 @@ class L3Dataset(Dataset):
                 sample[name] = data
                 continue
             try:
-                image = codec.decode(data, verify=self.verify)
+                image = codec.decode(data, verify=self.verify, max_pixels=self.max_pixels)
             except L3Error as error:
                 raise stage.BadSample(f"sample {sample['key']!r} (index {index}), {name}: {error}") from error
             sample[name] = chw_view(torch.from_numpy(image))

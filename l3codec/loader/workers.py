@@ -34,6 +34,7 @@ class _BatchSource(Dataset):
     def __init__(self, dataset: L3Dataset, geometry, seed: int, skip_bad: bool, finish: Finish, ring):
         self.reader, self.fields, self.decode = dataset.reader, dataset.fields, dataset.decode
         self.verify, self.geometry, self.seed, self.skip_bad = dataset.verify, geometry, seed, skip_bad
+        self.max_pixels = dataset.max_pixels
         self.finish, self.ring = finish, ring  # ring: shared (slots, bytes) uint8 staging buffers (GPU path)
 
     def __len__(self) -> int:  # requests come from _Requests, not from indices
@@ -41,7 +42,8 @@ class _BatchSource(Dataset):
 
     def __getitem__(self, request):
         epoch, number, slot, indices = request
-        options = dict(seed=self.seed, epoch=epoch, verify=self.verify, skip_bad=self.skip_bad)
+        options = dict(seed=self.seed, epoch=epoch, verify=self.verify, skip_bad=self.skip_bad,
+                       max_pixels=self.max_pixels)
         try:
             if self.decode == "gpu":
                 staged = stage.stage_for_gpu(self.reader, indices, self.fields, self.geometry,
