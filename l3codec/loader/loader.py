@@ -21,7 +21,9 @@ from .dataset import L3Dataset
 from .decode_steps import gpu_decode_step
 from .device import _Device, _to_device
 from .finish import Finish, replace_bad_samples
-from .workers import WORKER_TIMEOUT_S, _BatchSource, _batch_dict, _identity, _watched, _worker_context, _worker_init
+from .workers import (
+    WORKER_TIMEOUT_S, _BatchSource, _batch_dict, _decoders, _identity, _watched, _worker_context, _worker_init,
+)
 
 
 class _Requests:
@@ -154,10 +156,11 @@ class Loader:
             # perhaps inside the next loader's forked workers, whose copy of it cannot stop its workers
             self._requests = _Requests(slots, weakref.WeakMethod(wait_slot) if wait_slot else None)
             workers = self.num_workers
+            decoders = _decoders(self.dataset) if self.dataset.decode == "cpu" and workers else ()
             self._batches_loader = DataLoader(
                 source, sampler=self._requests, batch_size=None, collate_fn=_identity, num_workers=workers,
                 prefetch_factor=self.prefetch_factor if workers else None, persistent_workers=workers > 0,
-                worker_init_fn=functools.partial(_worker_init, os.getpid()) if workers else None,
+                worker_init_fn=functools.partial(_worker_init, os.getpid(), decoders) if workers else None,
                 pin_memory=self.dataset.decode == "cpu" and self._device.cuda,
                 multiprocessing_context=(self.multiprocessing_context or _worker_context()) if workers else None,
                 timeout=self.timeout if workers else 0,

@@ -11,6 +11,7 @@ from torch.utils.data import DataLoader, Dataset, get_worker_info
 from .. import codec
 from .. import staging as stage
 from ..format import L3Error
+from .. import fields
 from ..lifeline import watch_owner
 from .dataset import L3Dataset, _one_numba_thread
 from .finish import Finish, region_view, replace_bad_samples
@@ -131,6 +132,26 @@ def _watched(batches: DataLoader, timeout: float):
             ) from None
 
 
-def _worker_init(owner: int, worker_id: int) -> None:
+def _worker_init(owner: int, decoders: tuple, worker_id: int) -> None:
     _one_numba_thread()
     watch_owner(owner, "loader-watch")  # a forkserver's child: torch's parent check cannot see the loader die
+    # the decoders this dataset needs, each compiled by one worker while the others compile another
+    # or wait, then load it from the cache, instead of every worker compiling each at once
+    from .. import warmup
+
+    start = worker_id % len(decoders) if decoders else 0
+    for mode, bits, channels in decoders[start:] + decoders[:start]:
+        warmup.exercise_once("decode", mode, bits, channels)
+
+
+def _decoders(dataset) -> tuple:
+    """(mode, bits, channels) of the CPU decoders a dataset's fields need: the modes and sample
+    depths its index and manifest record."""
+    reader, needed = dataset.reader, set()
+    image_mode = reader.manifest.get("options", {}).get("mode", "compact")
+    label_mode = reader.manifest.get("options", {}).get("label_mode", "compact")
+    for name in dataset.fields:
+        mode = label_mode if fields.field(name).is_label else image_mode
+        for bits in np.unique(reader.index[f"{name}_bits"]).tolist():
+            needed.add((mode, int(bits), 3 if name == "image" else 1))
+    return tuple(sorted(needed))
