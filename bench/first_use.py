@@ -9,7 +9,7 @@ directory, and times, inside it, the import, the first encode and the first deco
 size x size RGB image (uint8, or uint16 with --bits 16); then a second process times the
 same with that cache warm. Wall time on a loaded machine says little: CPU time (user +
 system) is reported beside it, of the process and of the sibling process that compiles the
-decoder while the process compiles the encoder (cpu.py), and with --steps the CPU seconds
+decoder while the process compiles the encoder (first_use.py), and with --steps the CPU seconds
 of each compiled step of the first round trip (compilation included). On two idle cores the
 round trip takes about the longer of the two processes' CPU times.
 """
@@ -33,9 +33,9 @@ t0 = time.perf_counter()
 import numpy as np
 import l3codec
 t1 = time.perf_counter()
-from l3codec import cpu
+from l3codec import cpu, first_use
 size, mode, dtype = int(sys.argv[1]), sys.argv[2], np.dtype(sys.argv[3])
-cpu.background = sys.argv[4] == "sibling"
+first_use.coordinator.siblings = sys.argv[4] == "sibling"
 steps = {}
 
 

@@ -6,6 +6,7 @@ import os
 
 import numpy as np
 
+from . import first_use
 from . import format as fmt
 from .format import L3Error
 from .regions import check_region, integer, raise_for_status, region_streams
@@ -64,7 +65,7 @@ def encode(
     if transform_id != fmt.TRANSFORM_NONE and channels < 3:
         raise L3Error(f"{transform} needs 3 or 4 channels")
 
-    cpu.starting("encode", mode_id, bits, channels)
+    first_use.coordinator.starting("encode", mode, bits, channels, cpu.cache_path)
     if channels == 1 and image.flags.c_contiguous:
         planes = image.reshape(1, height, width)  # already one plane: no copy
     else:
@@ -171,7 +172,7 @@ def decode(data, /, *, region=None, out=None, verify: bool = True, max_pixels: i
     else:
         _check_out(out, shape, info.dtype)
     buf = fmt.as_bytes_view(data)
-    cpu.starting("decode", fmt.MODES[info.mode], info.bits, info.channels)
+    first_use.coordinator.starting("decode", info.mode, info.bits, info.channels, cpu.cache_path)
     planes = out.reshape(1, h, w) if direct else np.empty((info.channels, size[0], size[1]), info.dtype)
     status = np.zeros(streams.size, np.int64)
     cpu.decode_streams(

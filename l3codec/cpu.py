@@ -5,12 +5,13 @@ compiled with ``numba.njit`` into nogil drivers over ranges of tiles, which a Py
 pool runs on ``numba.get_num_threads()`` threads. Each driver compiles on
 first use for the dtypes it meets, one mode at a time, into Numba's on-disk cache, keyed on
 every source it compiles (jit.cached_njit); an encode that compiles has a sibling process
-compile the matching decoder meanwhile (warmup.py).
+compile the matching decoder meanwhile (first_use.py).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import contextvars
 import itertools
 import os
 import sys
@@ -23,12 +24,9 @@ from numba.core.registry import CPUDispatcher
 from numba.cpython.unsafe.numbers import trailing_zeros as _count_trailing_zeros
 from numba.extending import intrinsic
 
-from . import bitio, colour, compact, fast, streams, warmup
+from . import bitio, colour, compact, fast, first_use, streams
 from . import format as fmt
 from .jit import cached_njit, compile_device_functions
-
-FIRST_USE_NOTICE = ("l3codec: compiling the CPU codec for this mode and dtype (first use: 5-30 s on 2 cores; cached "
-                    "afterwards; python -m l3codec.warmup compiles ahead)")
 
 
 @intrinsic
@@ -124,47 +122,13 @@ decode_fast_stream = _dev.decode_fast_stream
 MODE_COMPACT = fmt.MODE_COMPACT
 
 
-# ---------------------------------------------------------------- first use: the decoder compiles beside the encoder
-
-background = True  # start sibling processes (warmup.py); False in a sibling itself
-_starting = None  # (verb, mode, bits, channels) of the verb this process is running
-_siblings = {}  # (mode, bits) -> warmup.Sibling compiling that decoder, or None if none could start
-_decoders_awaited = set()  # (mode, bits) whose first decode in this process waited for any sibling
-
-
-def starting(verb, mode, bits, channels):
-    """The verbs call this before their CPU steps. Before the first decode of a mode and dtype:
-    wait for a sibling compiling that decoder (this process's, or another's: `l3 encode` ends
-    before its sibling does), so that it loads from the cache rather than compile twice."""
-    global _starting
-    _starting = (verb, mode, bits, channels)
-    if verb != "decode" or not background or (mode, bits) in _decoders_awaited:
-        return
-    _decoders_awaited.add((mode, bits))
-    sibling = _siblings.get((mode, bits))
-    if sibling is not None:
-        sibling.wait()
-    elif warmup.fcntl is not None and not numba.config.DISABLE_JIT:
-        warmup.wait_for_lock(warmup.lock_path(cache_path(), "decode", fmt.MODE_NAMES[mode], bits))
-
-
-def _compiling(folder):
-    """The cache (in folder) missed. For an encode, start a sibling compiling its decoder meanwhile,
-    on the other core: a round trip's two compilations then take about as long as the longer one.
-    A decode starts none: processes that decode first (loader workers, `l3 decode`) rarely encode."""
-    if not background or _starting is None or _starting[0] != "encode":
-        return
-    _, mode, bits, channels = _starting
-    if (mode, bits) not in _siblings and (mode, bits) not in _decoders_awaited:
-        _siblings[(mode, bits)] = warmup.start_sibling("decode", fmt.MODE_NAMES[mode], bits, channels, folder)
-
-
-_cached = cached_njit([sys.modules[__name__]], notice=FIRST_USE_NOTICE, on_miss=_compiling, nogil=True)
+_cached = cached_njit([sys.modules[__name__]], notice=first_use.NOTICE, on_miss=first_use.coordinator.cache_missed,
+                      nogil=True)
 
 
 def cache_path():
-    """The folder of the drivers' on-disk cache."""
-    return _encode_compact_streams._cache.cache_path
+    """The folder of the drivers' on-disk cache (None when nothing compiles: NUMBA_DISABLE_JIT)."""
+    return None if numba.config.DISABLE_JIT else _encode_compact_streams._cache.cache_path
 
 
 def _in_parallel(driver, count, *args):
@@ -185,7 +149,8 @@ def _in_parallel(driver, count, *args):
                 return
             driver(*args, bounds[chunk], bounds[chunk + 1])
 
-    for future in [_pool().submit(work) for _ in range(threads)]:
+    # each in a copy of this context: a cache miss in a pool thread sees the verb that caused it (first_use.py)
+    for future in [_pool().submit(contextvars.copy_context().run, work) for _ in range(threads)]:
         future.result()
 
 

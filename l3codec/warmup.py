@@ -1,39 +1,23 @@
-"""Filling the CPU codec's compile cache in other processes, so that a first use waits less.
+"""Filling the CPU codec's compile cache ahead of use, in other processes.
 
-A verb compiles, on first use, the drivers for its mode and dtype into Numba's on-disk cache
-(cpu.py). With an empty cache the encoder takes the most, then the decoder; on a machine with
-two cores they can compile side by side. cpu.py starts a *sibling* process that compiles the
-decoder while the process compiles the encoder, and waits for it before its own first decode,
-which then loads from the cache. ``python -m l3codec.warmup`` fills the cache for the common
-types ahead of use (an optional install step), one process per verb and type, in parallel.
-
-A sibling holds a lock file in the cache folder while it compiles, so that several processes
-starting at once compile each decoder once; the lock is the OS's (flock), released when the
-sibling ends, however it ends.
+``python -m l3codec.warmup`` fills the cache for the common types (an optional install step),
+one process per verb and type, in parallel. The same child processes serve as the siblings of
+first_use.py, which compile a decoder while a first encode compiles the encoder; and
+exercise_once lets a pool's workers compile each function once between them.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import pathlib
-import subprocess
 import sys
-import threading
-import time
 
 import numpy as np
 
 from . import format as fmt
-
-try:
-    import fcntl
-except ImportError:  # not a POSIX system: no siblings, each process compiles what it uses
-    fcntl = None
+from .first_use import fcntl, lock_path, numba_cache_dir, start_child, writable
 
 VERBS = ("encode", "decode")
-SIBLING_TIMEOUT_S = 300  # then the waiting process compiles for itself: a hung sibling costs time, not the run
-_CHILD = "import sys; from l3codec.warmup import child_main; sys.exit(child_main(sys.argv[1:]))"
 
 
 def exercise(verb: str, mode: str, bits: int, channels: int) -> None:
@@ -62,7 +46,7 @@ def exercise_once(verb: str, mode: str, bits: int, channels: int) -> None:
     from . import cpu
 
     folder = cpu.cache_path()
-    if fcntl is None or not _writable(folder):
+    if fcntl is None or folder is None or not writable(folder):
         exercise(verb, mode, bits, channels)
         return
     # not the siblings' lock: the verb's own first use may wait on that one (cpu.py), and a second
@@ -73,10 +57,6 @@ def exercise_once(verb: str, mode: str, bits: int, channels: int) -> None:
         exercise(verb, mode, bits, channels)
 
 
-def lock_path(cache_path: str, verb: str, mode: str, bits: int) -> pathlib.Path:
-    return pathlib.Path(cache_path) / f"l3codec-{verb}-{mode}-{bits}.lock"
-
-
 def child_main(argv: list[str]) -> int:
     """A child process: VERB MODE BITS CHANNELS LOCK. Exits at once if another process holds the lock."""
     verb, mode, bits, channels, lock = argv[0], argv[1], int(argv[2]), int(argv[3]), argv[4]
@@ -85,86 +65,8 @@ def child_main(argv: list[str]) -> int:
             fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return 0  # another process is compiling it; whoever waits, waits on the lock
-        from . import cpu  # only now: importing Numba is most of a child's cost when it has nothing to do
-
-        cpu.background = False  # a child starts no siblings of its own
         exercise(verb, mode, bits, channels)
     return 0
-
-
-def _start_child(verb: str, mode: str, bits: int, channels: int, lock: pathlib.Path, **options):
-    """A child process running child_main, with this copy of l3codec first on its path and this
-    process's Numba cache folder (the child's cache locator then finds the same folder)."""
-    import numba
-
-    package_root = str(pathlib.Path(__file__).resolve().parent.parent)
-    path = os.environ.get("PYTHONPATH")
-    env = dict(os.environ, PYTHONPATH=package_root + (os.pathsep + path if path else ""))
-    if numba.config.CACHE_DIR:
-        env["NUMBA_CACHE_DIR"] = numba.config.CACHE_DIR
-    return subprocess.Popen([sys.executable, "-c", _CHILD, verb, mode, str(bits), str(channels), str(lock)],
-                            env=env, stdin=subprocess.DEVNULL, **options)
-
-
-def _writable(folder: str) -> bool:
-    try:
-        os.makedirs(folder, exist_ok=True)
-    except OSError:
-        return False
-    return os.access(folder, os.W_OK | os.X_OK)
-
-
-class Sibling:
-    """A child process compiling one verb into the cache (reaped by a thread, so never a zombie)."""
-
-    def __init__(self, verb: str, mode: str, bits: int, channels: int, cache_path: str):
-        self.lock = lock_path(cache_path, verb, mode, bits)
-        self.process = _start_child(verb, mode, bits, channels, self.lock, stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.DEVNULL)
-        threading.Thread(target=self.process.wait, name="l3codec-sibling-reaper", daemon=True).start()
-
-    def wait(self, timeout: float = SIBLING_TIMEOUT_S) -> None:
-        """Until the sibling, or any process holding its lock, has finished (or timeout): what it
-        cached then loads; whatever it did not (it died, it was killed), this process compiles."""
-        deadline = time.monotonic() + timeout
-        try:
-            self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-            return
-        wait_for_lock(self.lock, deadline - time.monotonic())  # it may have found another process at it
-
-
-def wait_for_lock(lock: pathlib.Path, timeout: float = SIBLING_TIMEOUT_S) -> None:
-    """Until no process holds lock (or timeout); at once if there is no such file."""
-    deadline = time.monotonic() + timeout
-    try:
-        fd = os.open(lock, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-                return
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    return
-                time.sleep(0.05)
-    finally:
-        os.close(fd)  # releases it
-
-
-def start_sibling(verb: str, mode: str, bits: int, channels: int, cache_path: str) -> Sibling | None:
-    """A sibling compiling verb into the cache at cache_path, or None where it cannot help: no
-    writable cache folder, no Python executable to start."""
-    if fcntl is None or not sys.executable or not _writable(cache_path):
-        return None
-    try:
-        return Sibling(verb, mode, bits, channels, cache_path)
-    except OSError:
-        return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -184,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         print("l3codec.warmup: NUMBA_DISABLE_JIT is set: nothing compiles", file=sys.stderr)
         return 1
     cache_path = cpu.cache_path()
-    if not _writable(cache_path):
+    if not writable(cache_path):
         print(f"l3codec.warmup: cannot write the cache folder {cache_path}", file=sys.stderr)
         return 1
     jobs = [(verb, mode, bits) for mode in args.mode for bits in args.bits for verb in VERBS]
@@ -193,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
         while len(running) >= (os.cpu_count() or 1):
             failed += running.pop(0).wait() != 0
         print(f"compiling {verb} {mode} uint{bits}", file=sys.stderr, flush=True)
-        running.append(_start_child(verb, mode, bits, args.channels, lock_path(cache_path, verb, mode, bits)))
+        running.append(start_child(verb, mode, bits, args.channels, lock_path(cache_path, verb, mode, bits),
+                                   numba_cache_dir()))
     failed += sum(process.wait() != 0 for process in running)
     return 1 if failed else 0
 

@@ -1,29 +1,31 @@
 """First use with an empty Numba cache: the decoder compiles in a sibling process beside the
-encoder (cpu.py, warmup.py), and whatever goes wrong with the sibling, the round trip still works."""
+encoder (first_use.py, warmup.py), and whatever goes wrong with the sibling, the round trip still works."""
 
 import json
 import os
 import subprocess
 import sys
 
-from l3codec import warmup
+import threading
+
+from l3codec import first_use
 
 # a fresh process: one round trip, then where each driver came from and what became of the sibling
 ROUND_TRIP = """
 import json, sys
 import numpy as np
 import l3codec
-from l3codec import cpu, warmup
+from l3codec import cpu, first_use
 
 exec(sys.argv[1])  # the test's change, if any
 y, x = np.mgrid[:40, :70]
 image = np.stack([(x + y) % 256, (3 * x) % 256, y], -1).astype(np.uint8)
 data = l3codec.encode(image, mode="fast", tile_width=32, tile_height=16)
-sibling = cpu._siblings.get((cpu.fmt.MODE_FAST, 8))
+sibling = first_use.coordinator.started().get(("fast", 8))
 assert np.array_equal(l3codec.decode(data), image)
 stats = {name: [sum(getattr(cpu, name).stats.cache_hits.values()), sum(getattr(cpu, name).stats.cache_misses.values())]
          for name in ("_image_to_planes", "_encode_fast_streams", "_decode_fast_streams", "_planes_to_image")}
-print(json.dumps({"stats": stats, "siblings": len(cpu._siblings),
+print(json.dumps({"stats": stats, "siblings": len(first_use.coordinator.started()),
                   "sibling_exit": None if sibling is None else sibling.process.poll()}))
 """
 
@@ -49,7 +51,7 @@ def test_the_decoder_compiles_in_a_sibling_and_loads_from_the_cache(tmp_path):
 
 
 def test_a_sibling_that_dies_leaves_the_decoder_to_this_process(tmp_path):
-    dies = "warmup._CHILD = 'import os; os._exit(3)'"
+    dies = "first_use.coordinator.program = 'import os; os._exit(3)'"
     result = _round_trip(tmp_path, dies)
     assert result["stats"] == dict.fromkeys(result["stats"], COMPILED)
     assert result["sibling_exit"] == 3
@@ -57,7 +59,22 @@ def test_a_sibling_that_dies_leaves_the_decoder_to_this_process(tmp_path):
 
 def test_no_sibling_without_a_writable_cache_folder(tmp_path):
     (tmp_path / "file").write_text("")
-    assert warmup.start_sibling("decode", "fast", 8, 3, str(tmp_path / "file" / "cache")) is None
+    coordinator = first_use.FirstUse()
+    coordinator.starting("encode", "fast", 8, 3, cache_path=None)
+    coordinator.cache_missed(str(tmp_path / "file" / "cache"))
+    assert coordinator.started() == {("fast", 8): None}
+
+
+def test_a_cache_miss_reads_the_verb_of_its_own_call(tmp_path):
+    # another thread decoding meanwhile must not make this encode's miss look like a decode
+    coordinator = first_use.FirstUse(program="pass")
+    coordinator.starting("encode", "compact", 16, 1, cache_path=None)
+    other = threading.Thread(target=coordinator.starting, args=("decode", "fast", 8, 3, lambda: None))
+    other.start()
+    other.join()
+    coordinator.cache_missed(str(tmp_path))
+    (sibling,) = coordinator.started().values()
+    assert list(coordinator.started()) == [("compact", 16)] and sibling.process.wait(60) == 0
 
 
 def test_the_warmup_command_fills_the_cache(tmp_path):
