@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -27,11 +29,6 @@ import numpy as np
 from l3codec.format import MODE_COMPACT, MODE_FAST
 
 KERNEL_DIR = Path(__file__).resolve().parent
-SOURCES = ("compact.cu", "fast.cu")
-KERNELS = {  # mode: (source, kernel)
-    MODE_COMPACT: ("compact.cu", "l3_decode_compact"),
-    MODE_FAST: ("fast.cu", "l3_decode_fast"),
-}
 # no -I: source_text inlines the headers, so that CuPy's cache key (source and options) covers them
 COMPILE_OPTIONS = ("-std=c++17",)
 
@@ -83,11 +80,48 @@ def fast_ring_rows(channels, tile_width, tile_height, sample_bytes):
     return np.maximum(np.minimum(rows, np.asarray(tile_height, np.int64) + 1), 2)
 
 
+def _compact_block(launch) -> tuple:
+    return (32, int(launch.max_channels), 1)  # a warp per channel
+
+
+def _fast_block(launch) -> tuple:
+    return (FAST_THREADS, 1, 1)
+
+
+def _compact_shared_bytes(channels, tile_width, tile_height, sample_bytes):
+    return COMPACT_HEADER_SHARED_BYTES + channels * (
+        COMPACT_STATE_BYTES + COMPACT_TILE_HEIGHT * compact_ring_columns(tile_width) * sample_bytes
+    )
+
+
+def _fast_shared_bytes(channels, tile_width, tile_height, sample_bytes):
+    rows = fast_ring_rows(channels, tile_width, tile_height, sample_bytes)
+    return FAST_FIXED_BYTES + rows * channels * tile_width * sample_bytes
+
+
+@dataclass(frozen=True)
+class KernelMode:
+    """One mode's kernel: its source, its name, its block shape for a launch, and the dynamic
+    shared memory an item needs (from arrays of channels, tile width, tile height, sample bytes)."""
+
+    source: str
+    kernel: str
+    block_shape: Callable
+    shared_bytes: Callable
+
+
+KERNELS = {
+    MODE_COMPACT: KernelMode("compact.cu", "l3_decode_compact", _compact_block, _compact_shared_bytes),
+    MODE_FAST: KernelMode("fast.cu", "l3_decode_fast", _fast_block, _fast_shared_bytes),
+}
+
+
+SOURCES = tuple(kernel.source for kernel in KERNELS.values())
+
+
 def block_shape(launch) -> tuple:
     """blockDim for a launch: (32, max_channels, 1) for compact (a warp per channel), (128, 1, 1) for fast."""
-    if launch.mode == MODE_COMPACT:
-        return (32, int(launch.max_channels), 1)
-    return (FAST_THREADS, 1, 1)
+    return KERNELS[launch.mode].block_shape(launch)
 
 
 def shared_memory_bytes(launch) -> int:
@@ -100,21 +134,14 @@ def shared_memory_bytes(launch) -> int:
     up to 65 KiB for 4096-wide 4-channel 16-bit tiles).
     """
     items = launch.items
-    sample_bytes = items["bits"].astype(np.int64) // 8
-    channels = items["channels"].astype(np.int64)
-    tile_width = items["tile_width"].astype(np.int64)
-    if launch.mode == MODE_COMPACT:
-        need = COMPACT_HEADER_SHARED_BYTES + channels * (
-            COMPACT_STATE_BYTES + COMPACT_TILE_HEIGHT * compact_ring_columns(tile_width) * sample_bytes
-        )
-    else:
-        rows = fast_ring_rows(channels, tile_width, items["tile_height"], sample_bytes)
-        need = FAST_FIXED_BYTES + rows * channels * tile_width * sample_bytes
+    need = KERNELS[launch.mode].shared_bytes(
+        items["channels"].astype(np.int64), items["tile_width"].astype(np.int64),
+        items["tile_height"].astype(np.int64), items["bits"].astype(np.int64) // 8)
     return int(need.max())
 
 
 def kernel_name(launch) -> str:
-    return KERNELS[launch.mode][1]
+    return KERNELS[launch.mode].kernel
 
 
 _LOCAL_INCLUDE = re.compile(r'\s*#\s*include\s+"([^"]+)"\s*(//.*)?$')  # a trailing // comment allowed
@@ -171,7 +198,7 @@ def load_module(filename: str, device=None):
         with device:
             module = cupy.RawModule(code=source_text(filename), options=COMPILE_OPTIONS)
             try:
-                module.get_function(next(name for f, name in KERNELS.values() if f == filename))
+                module.get_function(next(k.kernel for k in KERNELS.values() if k.source == filename))
             except Exception as error:  # CuPy raises its driver error types; their text names the cause
                 text = str(error)
                 if "UNSUPPORTED_PTX_VERSION" in text or "NO_BINARY_FOR_GPU" in text or "INVALID_PTX" in text:
@@ -221,7 +248,7 @@ def launch(launch, data, stream_starts, stream_ends, out, status, *, stream=None
     """
     import cupy
 
-    filename, name = KERNELS[launch.mode]
+    filename, name = KERNELS[launch.mode].source, KERNELS[launch.mode].kernel
     task_count = len(launch.tasks)
     if task_count == 0:
         return

@@ -296,7 +296,7 @@ def kernel_library(build: str = "plain") -> ctypes.CDLL:
     """The emulated l3codec kernels (built on first use). build: "plain", "traffic" (counts
     global memory accesses) or "coverage" (counts basic blocks run per warp); both slower."""
     if build not in _libraries:
-        names = [cuda_c.KERNELS[key][1] for key in sorted(cuda_c.KERNELS)]
+        names = [cuda_c.KERNELS[key].kernel for key in sorted(cuda_c.KERNELS)]
         declarations = "\n".join(f'extern "C" void {name}(L3_KERNEL_PARAMETERS);' for name in names)
         shim = _SHIM % {
             "declarations": declarations,

@@ -576,14 +576,11 @@ def fast_ring_rows(launch) -> int:
     return int(rows.min())
 
 
-def launch_geometry(launch) -> tuple:
-    """(kernel, grid, block, dynamic shared bytes, extra kernel arguments) for a batch.Launch.
+def _compact_geometry(launch) -> tuple:
+    return decode_compact, (len(launch.tasks),), (WARP, launch.max_channels), 0, ()
 
-    Raises RuntimeError when an item's tiles need more shared memory than a block gets
-    without opting in (the cupy backend can opt in).
-    """
-    if launch.mode == fmt.MODE_COMPACT:
-        return decode_compact, (len(launch.tasks),), (WARP, launch.max_channels), 0, ()
+
+def _fast_geometry(launch) -> tuple:
     rows = fast_ring_rows(launch)
     row_samples = launch.items["channels"].astype(np.int64) * launch.items["tile_width"]
     shared = rows * int(row_samples.max()) * TILE_SAMPLE.itemsize
@@ -595,6 +592,18 @@ def launch_geometry(launch) -> tuple:
             f" {SHARED_LIMIT}; use backend='cupy'"
         )
     return decode_fast, (len(launch.tasks),), (FAST_THREADS,), shared, (rows,)
+
+
+_GEOMETRY = {fmt.MODE_COMPACT: _compact_geometry, fmt.MODE_FAST: _fast_geometry}
+
+
+def launch_geometry(launch) -> tuple:
+    """(kernel, grid, block, dynamic shared bytes, extra kernel arguments) for a batch.Launch.
+
+    Raises RuntimeError when an item's tiles need more shared memory than a block gets
+    without opting in (the cupy backend can opt in).
+    """
+    return _GEOMETRY[launch.mode](launch)
 
 
 # ---------------------------------------------------------------- compiling without a GPU

@@ -46,9 +46,6 @@ assert ITEM_DTYPE.itemsize == 15 * 8
 TASK_DTYPE = np.dtype([("item", "<i8"), ("tile_y", "<i8"), ("tile_x", "<i8")])
 assert TASK_DTYPE.itemsize == 3 * 8
 
-MODE_COMPACT = fmt.MODE_COMPACT
-MODE_FAST = fmt.MODE_FAST
-
 
 @dataclass
 class Launch:
@@ -207,7 +204,7 @@ def assemble(plans, data: np.ndarray, /, *, layout=None, data_offsets=None) -> B
     launches = []
     modes = np.array([fmt.MODES[info.mode] for info in infos])
     channels = np.array([info.channels for info in infos])
-    for mode, count in ((mode, count) for mode in (MODE_COMPACT, MODE_FAST) for count in range(1, 5)):
+    for mode, count in ((mode, count) for mode in fmt.MODE_SPECS for count in range(1, 5)):
         chosen = np.flatnonzero((modes == mode) & (channels == count))
         if chosen.size == 0:
             continue

@@ -175,11 +175,7 @@ def decode(data, /, *, region=None, out=None, verify: bool = True, max_pixels: i
     first_use.coordinator.starting("decode", info.mode, info.bits, info.channels, cpu.cache_path)
     planes = out.reshape(1, h, w) if direct else np.empty((info.channels, size[0], size[1]), info.dtype)
     status = np.zeros(streams.size, np.int64)
-    cpu.decode_streams(
-        buf, parsed.stream_starts, parsed.stream_ends, streams, planes, origin[0], origin[1],
-        info.tiles_x, info.tile_width, info.tile_height, info.height, info.width,
-        fmt.MODES[info.mode], info.bits, status,
-    )
+    cpu.decode_streams(buf, parsed, streams, planes, status, origin=origin)
     raise_for_status(status, streams, info.channels)
     if direct:
         return out

@@ -15,6 +15,7 @@ import contextvars
 import itertools
 import os
 import sys
+import typing
 
 import numba
 import numpy as np
@@ -119,7 +120,6 @@ decode_compact_stream = _dev.decode_compact_stream
 encode_fast_stream = _encoders.encode_fast_stream
 decode_fast_stream = _dev.decode_fast_stream
 
-MODE_COMPACT = fmt.MODE_COMPACT
 
 
 _cached = cached_njit([sys.modules[__name__]], notice=first_use.NOTICE, on_miss=first_use.coordinator.cache_missed,
@@ -285,11 +285,21 @@ def _decode_fast_streams(buf, starts, ends, stream_ids, planes, grid, bits, stat
         status[i] = code
 
 
+class _StreamDrivers(typing.NamedTuple):
+    encode: object
+    decode: object
+
+
+_STREAM_DRIVERS = {
+    fmt.MODE_COMPACT: _StreamDrivers(_encode_compact_streams, _decode_compact_streams),
+    fmt.MODE_FAST: _StreamDrivers(_encode_fast_streams, _decode_fast_streams),
+}
+
+
 def encode_streams(planes, mode, tile_width, tile_height, bits, out, slot_bytes, sizes):
     """Encode every tile-channel of CHW planes into out, stream i at i * slot_bytes; sizes[i] = its size."""
     grid = ((planes.shape[2] + tile_width - 1) // tile_width, tile_width, tile_height, 0, 0)
-    driver = _encode_compact_streams if mode == MODE_COMPACT else _encode_fast_streams
-    _in_parallel(driver, sizes.shape[0], planes, grid, bits, out, slot_bytes, sizes)
+    _in_parallel(_STREAM_DRIVERS[mode].encode, sizes.shape[0], planes, grid, bits, out, slot_bytes, sizes)
 
 
 def gather_streams(out, slot_bytes, sizes, payload):
@@ -300,11 +310,11 @@ def gather_streams(out, slot_bytes, sizes, payload):
         pos += size
 
 
-def decode_streams(buf, starts, ends, stream_ids, planes, origin_y, origin_x,
-                   tiles_x, tile_width, tile_height, height, width, mode, bits, status):
-    """Decode the listed streams into planes, whose pixel (0, 0) is image pixel (origin_y, origin_x)
-    and which end where the image or the last listed tile ends; status[i] = stream i's status."""
-    del height, width  # planes end where the image does
-    grid = (tiles_x, tile_width, tile_height, origin_y, origin_x)
-    driver = _decode_compact_streams if mode == MODE_COMPACT else _decode_fast_streams
-    _in_parallel(driver, stream_ids.shape[0], buf, starts, ends, stream_ids, planes, grid, bits, status)
+def decode_streams(buf, parsed, stream_ids, planes, status, /, *, origin=(0, 0)):
+    """Decode the listed streams of a parsed file (fmt.Parsed; its bytes in buf) into planes, whose
+    pixel (0, 0) is image pixel origin (y, x) and which end where the image or the last listed
+    tile ends; status[i] = stream_ids[i]'s status."""
+    info = parsed.info
+    grid = (info.tiles_x, info.tile_width, info.tile_height, origin[0], origin[1])
+    _in_parallel(_STREAM_DRIVERS[fmt.MODES[info.mode]].decode, stream_ids.shape[0], buf, parsed.stream_starts,
+                 parsed.stream_ends, stream_ids, planes, grid, info.bits, status)

@@ -8,6 +8,7 @@ with exactly the same code as the CPU decoder.
 from __future__ import annotations
 
 import dataclasses
+
 try:  # the same CRC-32 (zlib's polynomial), with SIMD: about 13x zlib's speed on a 1.7 MB payload
     from isal.isal_zlib import crc32
 except ImportError:
@@ -26,16 +27,12 @@ FAST_V1_REFUSED = ("fast-mode files of L3 format version 1 are no longer decodab
 
 MODE_COMPACT = 0
 MODE_FAST = 1
-MODE_NAMES = {MODE_COMPACT: "compact", MODE_FAST: "fast"}
-MODES = {name: value for value, name in MODE_NAMES.items()}
 
 TRANSFORM_NONE = 0
 TRANSFORM_SUBTRACT_GREEN = 1
 TRANSFORM_RGB_MEAN = 2  # R - G, G, B - (R + G) / 2 (format version 2)
 TRANSFORM_NAMES = {TRANSFORM_NONE: "none", TRANSFORM_SUBTRACT_GREEN: "subtract-green", TRANSFORM_RGB_MEAN: "rg-mean"}
 TRANSFORMS = {name: value for value, name in TRANSFORM_NAMES.items()}
-# The encoder's transform for 3 and 4 channels, per mode: the smaller on the corpus (docs/FORMAT.md §3).
-DEFAULT_COLOUR_TRANSFORM = {MODE_COMPACT: TRANSFORM_RGB_MEAN, MODE_FAST: TRANSFORM_RGB_MEAN}
 
 # First byte of every stream (one stream per tile and channel).
 KIND_CONSTANT = 0
@@ -49,8 +46,33 @@ MAX_TILE_WIDTH = 4096
 FAST_MIN_TILE_HEIGHT = 8
 FAST_MAX_TILE_HEIGHT = 256
 FAST_TILE_HEIGHT_STEP = 8
-DEFAULT_TILE_WIDTH = {MODE_COMPACT: 512, MODE_FAST: 256}
-DEFAULT_TILE_HEIGHT = {MODE_COMPACT: COMPACT_TILE_HEIGHT, MODE_FAST: 64}
+
+
+@dataclass(frozen=True)
+class Mode:
+    """What the format says of one mode; each layer keys its own per-mode table (CPU drivers,
+    kernels) on ``id``."""
+
+    id: int  # the header's mode byte
+    name: str
+    tile_heights: range  # the legal tile heights
+    default_tile_width: int
+    default_tile_height: int
+    default_transform: int  # the encoder's, for 3 and 4 channels: the smaller on the corpus (FORMAT.md §3)
+
+
+MODE_SPECS = {
+    MODE_COMPACT: Mode(MODE_COMPACT, "compact", range(COMPACT_TILE_HEIGHT, COMPACT_TILE_HEIGHT + 1),
+                       default_tile_width=512, default_tile_height=COMPACT_TILE_HEIGHT,
+                       default_transform=TRANSFORM_RGB_MEAN),
+    MODE_FAST: Mode(MODE_FAST, "fast", range(FAST_MIN_TILE_HEIGHT, FAST_MAX_TILE_HEIGHT + 1, FAST_TILE_HEIGHT_STEP),
+                    default_tile_width=256, default_tile_height=64, default_transform=TRANSFORM_RGB_MEAN),
+}
+MODE_NAMES = {mode.id: mode.name for mode in MODE_SPECS.values()}
+MODES = {mode.name: mode.id for mode in MODE_SPECS.values()}
+DEFAULT_TILE_WIDTH = {mode.id: mode.default_tile_width for mode in MODE_SPECS.values()}
+DEFAULT_TILE_HEIGHT = {mode.id: mode.default_tile_height for mode in MODE_SPECS.values()}
+DEFAULT_COLOUR_TRANSFORM = {mode.id: mode.default_transform for mode in MODE_SPECS.values()}
 
 MAX_DIM = 1 << 18
 MAX_PIXELS = 1 << 28  # keeps every offset of the largest legal image inside uint32
@@ -160,16 +182,13 @@ def check_geometry(width, height, channels, bits, mode, tile_width, tile_height)
             f"tile width {tile_width} must be a multiple of {TILE_WIDTH_STEP} "
             f"in {MIN_TILE_WIDTH}..{MAX_TILE_WIDTH}"
         )
-    if mode == MODE_COMPACT:
-        if tile_height != COMPACT_TILE_HEIGHT:
-            raise L3Error(f"compact tiles are {COMPACT_TILE_HEIGHT} rows tall, got {tile_height}")
-    elif not (
-        FAST_MIN_TILE_HEIGHT <= tile_height <= FAST_MAX_TILE_HEIGHT
-        and tile_height % FAST_TILE_HEIGHT_STEP == 0
-    ):
+    heights = MODE_SPECS[mode].tile_heights
+    if tile_height not in heights:
+        if len(heights) == 1:
+            raise L3Error(f"{MODE_NAMES[mode]} tiles are {heights[0]} rows tall, got {tile_height}")
         raise L3Error(
-            f"fast tile height {tile_height} must be a multiple of {FAST_TILE_HEIGHT_STEP} "
-            f"in {FAST_MIN_TILE_HEIGHT}..{FAST_MAX_TILE_HEIGHT}"
+            f"{MODE_NAMES[mode]} tile height {tile_height} must be a multiple of {heights.step} "
+            f"in {heights[0]}..{heights[-1]}"
         )
 
 

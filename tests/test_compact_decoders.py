@@ -57,9 +57,7 @@ def both_decoders(data):
         planes = np.zeros((info.channels, info.height, info.width), info.dtype)
         status = np.zeros(ids.size, np.int64)
         if decode == "cpu":
-            cpu.decode_streams(buf, parsed.stream_starts, parsed.stream_ends, ids, planes, 0, 0, info.tiles_x,
-                               info.tile_width, info.tile_height, info.height, info.width, fmt.MODE_COMPACT,
-                               info.bits, status)
+            cpu.decode_streams(buf, parsed, ids, planes, status)
         else:
             for stream in ids:
                 status[stream] = step_decode_stream(buf, int(parsed.stream_starts[stream]),

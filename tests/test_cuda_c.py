@@ -247,23 +247,7 @@ def _cpu_stream_status(data) -> np.ndarray:
     streams = np.arange(len(parsed.stream_starts), dtype=np.int64)
     planes = np.empty((info.channels, info.height, info.width), info.dtype)
     status = np.zeros(streams.size, np.int64)
-    cpu.decode_streams(
-        np.frombuffer(data, np.uint8),
-        parsed.stream_starts,
-        parsed.stream_ends,
-        streams,
-        planes,
-        0,
-        0,
-        info.tiles_x,
-        info.tile_width,
-        info.tile_height,
-        info.height,
-        info.width,
-        fmt.MODES[info.mode],
-        info.bits,
-        status,
-    )
+    cpu.decode_streams(np.frombuffer(data, np.uint8), parsed, streams, planes, status)
     return status
 
 
@@ -559,7 +543,7 @@ def test_nvrtc_resources(arch):
     except Exception as error:  # noqa: BLE001 - the bindings import, the NVRTC library does not load
         pytest.skip(f"the NVRTC library does not load: {error}")
     report = cuda_c.compile_report(arch)
-    assert set(report) == {name for _, name in cuda_c.KERNELS.values()}
+    assert set(report) == {kernel.kernel for kernel in cuda_c.KERNELS.values()}
     for name, figures in report.items():
         summary = {k: v for k, v in figures.items() if k != "log"}
         assert figures["spill_stores"] == 0 and figures["spill_loads"] == 0, (name, summary)
@@ -601,7 +585,7 @@ class _FakeCupy:
             self.max_dynamic_shared_size_bytes = 0
 
         def __call__(self, grid, block, args, shared_mem=0):
-            names = [cuda_c.KERNELS[key][1] for key in sorted(cuda_c.KERNELS)]
+            names = [cuda_c.KERNELS[key].kernel for key in sorted(cuda_c.KERNELS)]
             values = [a.data.ptr if isinstance(a, _FakeCupy.Array) else int(a) for a in args]
             assert isinstance(args[1], np.int64) and isinstance(args[6], np.int64)
             assert shared_mem <= 48 * 1024 or self.max_dynamic_shared_size_bytes >= shared_mem

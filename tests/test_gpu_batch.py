@@ -120,5 +120,5 @@ def test_a_batch_mixing_channel_counts_launches_once_per_mode_and_channel_count(
     items = [l3codec.encode(image, mode="fast") for image in images]
     prepared = l3batch.prepare(items)
     assert [(launch.mode, launch.max_channels, launch.item_index.tolist()) for launch in prepared.launches] == [
-        (l3batch.MODE_FAST, 1, [1]), (l3batch.MODE_FAST, 3, [0, 2])]
+        (fmt.MODE_FAST, 1, [1]), (fmt.MODE_FAST, 3, [0, 2])]
     assert all(int(launch.items["channels"].min()) == launch.max_channels for launch in prepared.launches)
