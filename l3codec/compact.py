@@ -275,7 +275,7 @@ def decode_compact_row(buf, pos, tile, row, width, bits, k_nibbles, run_index, s
     """Decode one coded row of a tile plane (2-D view) from bit pos: the CPU's form of decode_sample,
     which a GPU lane steps through one sample at a time, with the state in local variables (sums and
     counts: scratch for the contexts' adaptive state) and W and WW carried along the row rather than
-    read back. mapped_rows as for encode_compact_row.
+    read back. mapped_rows as for compact_row_events.
     Returns (bit position after the row, error); a row with an error is corrupt whatever follows."""
     half = np.int64(1) << (bits - 1)
     mask = (np.int64(1) << bits) - 1
@@ -411,25 +411,22 @@ def run_length_cost(run, end_of_row, index):
     return cost, index
 
 
+RUN_EVENT = -1  # in a row's events, the context of a run (its value: 2 * length + ends the row)
+
+
 @device
-def encode_compact_row(tile, row, width, bits, measuring, out, writer, k_nibbles, run_index, sums, counts, stats, runs,
-                       run_count, mapped_rows):
-    """One row of a tile plane (2-D view), in decode_compact_row's form: the writer's and the
-    contexts' state in local variables (sums and counts: scratch), W and WW carried along the row.
-    mapped_rows[row % 2] receives the row's mapped residuals, mapped_rows[(row + 1) % 2] holds the
-    row above's. Residuals, contexts and runs depend on the pixels alone, so a row is measured or
-    written. Measuring, stats[ctx] and stats[CONTEXTS + ctx] collect each context's sum and count
-    (for the initial k) and runs are logged as 2 * length + end_of_row into runs[run_count:];
-    returns the new run_count. Writing, the row's code words are appended to the writer."""
+def compact_row_events(tile, row, width, bits, mapped_rows, contexts, values, count):
+    """One row of a tile plane (2-D view) as the encoder's events, walked as decode_compact_row
+    walks it, appended at contexts/values[count:] (at most 2 * width + 1 of them); returns the new
+    count. A coded sample is (its context, its mapped residual); a run is (RUN_EVENT, 2 * length +
+    1 if it ends the row). mapped_rows[row % 2] receives the row's mapped residuals,
+    mapped_rows[(row + 1) % 2] holds the row above's. The events depend on the pixels alone: the
+    encoder measures them, then writes them."""
     half = np.int64(1) << (bits - 1)
     here = tile[row]
     above = tile[row - 1] if row > 0 else here  # read only when row > 0
     mapped_here = mapped_rows[row % 2]
     mapped_above = mapped_rows[(row + 1) % 2]
-    for ctx in range(CONTEXTS):
-        sums[ctx] = initial_sum(k_nibbles, ctx)
-        counts[ctx] = INITIAL_COUNT
-    pos, acc, nacc, limit = writer[W_POS], writer[W_ACC], writer[W_NACC], writer[W_LIMIT]
     left = half  # here[col - 1] once col > 0
     left2 = half  # here[col - 2] once col > 1
     mapped_w = np.int64(0)
@@ -444,11 +441,9 @@ def encode_compact_row(tile, row, width, bits, measuring, out, writer, k_nibbles
             while col + run < width and here[np.uint64(col + run)] == w:
                 run += 1
             end_of_row = col + run == width
-            if measuring:
-                runs[run_count] = 2 * run + (1 if end_of_row else 0)
-                run_count += 1
-            else:
-                pos, acc, nacc, run_index = appended_run(out, pos, acc, nacc, limit, run, end_of_row, run_index)
+            contexts[count] = RUN_EVENT
+            values[count] = 2 * run + (1 if end_of_row else 0)
+            count += 1
             for i in range(col, col + run):
                 mapped_here[np.uint64(i)] = 0
             col += run
@@ -468,21 +463,53 @@ def encode_compact_row(tile, row, width, bits, measuring, out, writer, k_nibbles
             ctx = activity_context(w, n, nw, mapped_above[np.uint64(col)] if row > 0 else 0, mapped_w, bits)
             mapped = zigzag(x - med(w, n, nw), bits)
         interrupt = False
-        context = np.uint64(ctx)
-        if measuring:
-            stats[context] += mapped
-            stats[np.uint64(CONTEXTS + ctx)] += 1
-        else:
-            k = rice_parameter(sums[context], counts[context], bits)
-            pos, acc, nacc = appended_code(out, pos, acc, nacc, limit, mapped, k, bits)
-            sums[context], counts[context] = adapted(sums[context], counts[context], mapped, k)
+        contexts[count] = ctx
+        values[count] = mapped
+        count += 1
         mapped_here[np.uint64(col)] = mapped
         mapped_w = mapped
         left2 = left
         left = x
         col += 1
-    writer[W_POS], writer[W_ACC], writer[W_NACC] = pos, acc, nacc
+    return count
+
+
+@device
+def measure_events(contexts, values, first, stop, stats, runs, run_count):
+    """Events [first, stop): each context's sum and count into stats[ctx] and stats[CONTEXTS + ctx]
+    (for the initial k), each run's value into runs[run_count:] (for the run index); returns the
+    new run_count."""
+    for i in range(first, stop):
+        ctx = contexts[i]
+        if ctx == RUN_EVENT:
+            runs[run_count] = values[i]
+            run_count += 1
+        else:
+            stats[ctx] += values[i]
+            stats[CONTEXTS + ctx] += 1
     return run_count
+
+
+@device
+def write_row_events(contexts, values, first, stop, bits, out, writer, k_nibbles, run_index, sums, counts):
+    """One row's events [first, stop) as code words appended to the writer, in decode_compact_row's
+    form: the contexts start from k_nibbles and the run index from run_index, as every row's do
+    (sums and counts: scratch)."""
+    for ctx in range(CONTEXTS):
+        sums[ctx] = initial_sum(k_nibbles, ctx)
+        counts[ctx] = INITIAL_COUNT
+    pos, acc, nacc, limit = writer[W_POS], writer[W_ACC], writer[W_NACC], writer[W_LIMIT]
+    for i in range(first, stop):
+        ctx = contexts[i]
+        if ctx == RUN_EVENT:
+            pos, acc, nacc, run_index = appended_run(out, pos, acc, nacc, limit, values[i] >> 1, values[i] & 1,
+                                                     run_index)
+        else:
+            context = np.uint64(ctx)
+            k = rice_parameter(sums[context], counts[context], bits)
+            pos, acc, nacc = appended_code(out, pos, acc, nacc, limit, values[i], k, bits)
+            sums[context], counts[context] = adapted(sums[context], counts[context], values[i], k)
+    writer[W_POS], writer[W_ACC], writer[W_NACC] = pos, acc, nacc
 
 
 @device
@@ -557,20 +584,27 @@ def encode_compact_stream(tile, bits, out, start):
     stats = np.zeros(2 * CONTEXTS, np.int64)
     runs = np.empty(height * width + 1, np.int64)
     mapped_rows = np.zeros((2, width), np.int64)
-    row_run_starts = np.zeros(height + 1, np.int64)
-    # Pass 1 measures the contexts' sums and the runs, for the initial k and run index.
-    writer_init(writer, 0, 0)  # (not written while measuring)
-    run_count = 0
+    # The tile's events, row by row (a row that repeats the one above has none), walked once.
+    contexts = np.empty(height * (2 * width + 1), np.int64)
+    values = np.empty(height * (2 * width + 1), np.int64)
+    row_events = np.zeros(height + 1, np.int64)
+    repeats = np.zeros(height, np.bool_)
     for row in range(height):
-        if repeats_row_above(tile, row):
+        repeats[row] = repeats_row_above(tile, row)
+        if repeats[row]:
             mapped_rows[row % 2, :] = 0
+            row_events[row + 1] = row_events[row]
         else:
-            run_count = encode_compact_row(tile, row, width, bits, True, out, writer, 0, 0, sums, counts, stats, runs,
-                                           run_count, mapped_rows)
-        row_run_starts[row + 1] = run_count
+            row_events[row + 1] = compact_row_events(tile, row, width, bits, mapped_rows, contexts, values,
+                                                     row_events[row])
+    # Measured: the initial k of each context and the run index.
+    row_run_starts = np.zeros(height + 1, np.int64)
+    for row in range(height):
+        row_run_starts[row + 1] = measure_events(contexts, values, row_events[row], row_events[row + 1], stats,
+                                                 runs, row_run_starts[row])
     k_nibbles = initial_k_nibbles(stats, bits)
     run_index = best_run_index(runs, row_run_starts, height)
-    # Pass 2 writes the rows after room for the largest prefix, then moves them down.
+    # Written: the rows after room for the largest prefix, then moved down.
     data_start = start + MAX_PREFIX_BYTES
     limit = start + MAX_PREFIX_BYTES + raw_size
     writer_init(writer, data_start, limit)
@@ -578,11 +612,9 @@ def encode_compact_stream(tile, bits, out, start):
     row_ends[0] = data_start * 8
     longest = 0
     for row in range(height):
-        if repeats_row_above(tile, row):  # a zero row length says "copy the row above"
-            mapped_rows[row % 2, :] = 0
-        else:
-            encode_compact_row(tile, row, width, bits, False, out, writer, k_nibbles, run_index, sums, counts, stats,
-                               runs, 0, mapped_rows)
+        if not repeats[row]:  # a zero row length says "copy the row above"
+            write_row_events(contexts, values, row_events[row], row_events[row + 1], bits, out, writer, k_nibbles,
+                             run_index, sums, counts)
         row_ends[row + 1] = writer[W_POS] * 8 + writer[W_NACC]
         longest = max(longest, row_ends[row + 1] - row_ends[row])
         if writer[W_POS] >= limit:
