@@ -131,16 +131,21 @@ def task_tile(items, tasks, task):
 
 
 @cuda.jit(device=True, inline="always")
-def staged(channel, row, col, ring_rows, ring_columns):
-    """Index of a tile sample in a ring-staged 1-D shared array: [channel][row][column]."""
+def staged(channel, row, col, ring):
+    """Index of a tile sample in a ring-staged 1-D shared array: [channel][row][column];
+    ring = (rows, columns) it holds of each channel."""
+    ring_rows, ring_columns = ring
     return (channel * ring_rows + row % ring_rows) * ring_columns + col % ring_columns
 
 
 @cuda.jit(device=True, inline="always")
-def write_tile(stage, ring_rows, ring_columns, items, item, y0, x0, rows, columns, out, thread, threads):
-    """Write tile-local rows [rows[0], rows[1]) x columns [columns[0], columns[1]), clipped to the
-    item's region, from the ring to out (HWC), undoing the colour transform. Consecutive
-    threads write consecutive pixels."""
+def write_tile(stage, ring, items, item, origin, rows, columns, out, lanes):
+    """Write tile-local rows [rows[0], rows[1]) x columns [columns[0], columns[1]) of the tile at
+    image pixel origin (y0, x0), clipped to the item's region, from the ring to out (HWC), undoing
+    the colour transform. lanes = (this thread's index, threads): consecutive threads write
+    consecutive pixels."""
+    y0, x0 = origin
+    thread, threads = lanes
     channels = items[item, I_CHANNELS]
     bits = items[item, I_BITS]
     sample_bytes = bits // 8
@@ -156,12 +161,12 @@ def write_tile(stage, ring_rows, ring_columns, items, item, y0, x0, rows, column
     for index in range(thread, (bottom - top) * width, threads):
         y = top + index // width
         x = left + index % width
-        c0 = np.int64(stage[staged(0, y - y0, x - x0, ring_rows, ring_columns)])
+        c0 = np.int64(stage[staged(0, y - y0, x - x0, ring)])
         c1 = c0
         c2 = c0
         if channels >= 3:
-            c1 = np.int64(stage[staged(1, y - y0, x - x0, ring_rows, ring_columns)])
-            c2 = np.int64(stage[staged(2, y - y0, x - x0, ring_rows, ring_columns)])
+            c1 = np.int64(stage[staged(1, y - y0, x - x0, ring)])
+            c2 = np.int64(stage[staged(2, y - y0, x - x0, ring)])
             transform = items[item, I_TRANSFORM]
             if transform != TRANSFORM_NONE:
                 c0, c1, c2 = inverse_colour(transform, c0, c1, c2, bits)
@@ -174,7 +179,7 @@ def write_tile(stage, ring_rows, ring_columns, items, item, y0, x0, rows, column
             elif channel == 2:
                 value = c2
             else:
-                value = np.int64(stage[staged(channel, y - y0, x - x0, ring_rows, ring_columns)])
+                value = np.int64(stage[staged(channel, y - y0, x - x0, ring)])
             out[pos] = value & 255
             if sample_bytes == 2:
                 out[pos + 1] = (value >> 8) & 255
@@ -242,7 +247,7 @@ def decode_compact(data, stream_starts, stream_ends, items, tasks, out, status):
     item, channels, bits, y0, x0, h, w = task_tile(items, tasks, task)
     tile_width = items[item, I_TILE_WIDTH]
     half = np.int64(1) << (bits - 1)
-    ring = COMPACT_RING
+    ring = (WARP, COMPACT_RING)  # a row per lane
 
     active = channel < channels and lane < h
     code = STATUS_OK
@@ -284,7 +289,7 @@ def decode_compact(data, stream_starts, stream_ends, items, tasks, out, status):
     # the wavefront: lane r decodes column step - r; a tile wider than the ring goes in strips of
     # ring - WARP steps, after each of which the columns every row has finished are written out
     steps = h + w - 1
-    strip = steps if tile_width <= ring else ring - WARP
+    strip = steps if tile_width <= COMPACT_RING else COMPACT_RING - WARP
     written = 0
     for s0 in range(0, steps, strip):
         s1 = min(s0 + strip, steps)
@@ -295,27 +300,27 @@ def decode_compact(data, stream_starts, stream_ends, items, tasks, out, status):
                 if raw_start >= 0:
                     value = uncoded_sample(data, raw_start, raw_kind, lane * w + col, bits // 8)
                 elif coded and copy_row:
-                    value = np.int64(stage[staged(channel, lane - 1, col, WARP, ring)])
+                    value = np.int64(stage[staged(channel, lane - 1, col, ring)])
                     state[S_MAPPED] = 0
                 elif coded:
-                    left = np.int64(stage[staged(channel, lane, col - 1, WARP, ring)]) if col > 0 else half
-                    left2 = np.int64(stage[staged(channel, lane, col - 2, WARP, ring)]) if col > 1 else half
-                    up = np.int64(stage[staged(channel, lane - 1, col, WARP, ring)]) if lane > 0 else half
+                    left = np.int64(stage[staged(channel, lane, col - 1, ring)]) if col > 0 else half
+                    left2 = np.int64(stage[staged(channel, lane, col - 2, ring)]) if col > 1 else half
+                    up = np.int64(stage[staged(channel, lane - 1, col, ring)]) if lane > 0 else half
                     upleft = (
-                        np.int64(stage[staged(channel, lane - 1, col - 1, WARP, ring)])
+                        np.int64(stage[staged(channel, lane - 1, col - 1, ring)])
                         if lane > 0 and col > 0
                         else half
                     )
                     mapped_n = mapped_slots[(step + 1) % 2, channel, lane - 1] if lane > 0 else 0
                     wv, nv, nwv = neighbours(lane, col, left, left2, up, upleft, half)
                     value = decode_sample(data, state, wv, nv, nwv, mapped_n, w - col, bits)
-                stage[staged(channel, lane, col, WARP, ring)] = value
+                stage[staged(channel, lane, col, ring)] = value
                 mapped_slots[step % 2, channel, lane] = state[S_MAPPED] if coded else 0
             cuda.syncthreads()
         # after steps [0, s1) row r has columns [0, s1 - r): all h rows have [0, s1 - h + 1)
         done = w if s1 == steps else max(written, s1 - h + 1)
-        write_tile(stage, WARP, ring, items, item, y0, x0, (0, h), (written, done), out,
-                   channel * WARP + lane, cuda.blockDim.y * WARP)
+        write_tile(stage, ring, items, item, (y0, x0), (0, h), (written, done), out,
+                   (channel * WARP + lane, cuda.blockDim.y * WARP))
         written = done
         cuda.syncthreads()
 
@@ -447,6 +452,7 @@ def decode_fast(data, stream_starts, stream_ends, items, tasks, ring_rows, out, 
         data_pos[channel] = (start + 1) * 8  # a coded stream's rows start after its kind byte
 
     # bands of ring_rows - 1 rows; the ring's spare row keeps the row above the band
+    ring = (ring_rows, tile_width)
     band = ring_rows - 1
     for b0 in range(0, h, band):
         b1 = min(b0 + band, h)
@@ -460,7 +466,7 @@ def decode_fast(data, stream_starts, stream_ends, items, tasks, ring_rows, out, 
                 for index in range(thread, (b1 - b0) * w, threads):
                     row = b0 + index // w
                     col = index % w
-                    stage[staged(channel, row, col, ring_rows, tile_width)] = uncoded_sample(
+                    stage[staged(channel, row, col, ring)] = uncoded_sample(
                         buf, start, kind, row * w + col, bits // 8
                     )
                 continue
@@ -490,7 +496,7 @@ def decode_fast(data, stream_starts, stream_ends, items, tasks, ring_rows, out, 
                             mapped = read_bits(buf, pos + lane * k, k) + (quotient << k)
                             if not sound or mapped >> bits != 0:
                                 corrupt = 1
-                        stage[staged(channel, row, col, ring_rows, tile_width)] = mapped & mask
+                        stage[staged(channel, row, col, ring)] = mapped & mask
                 cuda.syncthreads()  # sparse groups' zeros are in place
                 if row_status == STATUS_OK:
                     for col in range(thread, w, threads):  # entry `lane` of a sparse group
@@ -501,18 +507,18 @@ def decode_fast(data, stream_starts, stream_ends, items, tasks, ring_rows, out, 
                             count = min(GROUP_SIZE, w - group * GROUP_SIZE)
                             position, value, sound = sparse_entry(buf, group_starts[group], size, lane, count, bits)
                             if sound:
-                                stage[staged(channel, row, group * GROUP_SIZE + position, ring_rows, tile_width)] = value
+                                stage[staged(channel, row, group * GROUP_SIZE + position, ring)] = value
                             else:
                                 corrupt = 1
                 corrupt = cuda.syncthreads_or(corrupt)  # and every thread has read row_state
                 if row_status == STATUS_OK and corrupt == 0:
-                    unpredict_row(stage, channel, row, w, ring_rows, tile_width, bits, scan_scratch, thread, threads)
+                    unpredict_staged_row(stage, channel, row, w, ring, bits, scan_scratch, (thread, threads))
                     data_pos[channel] = row_end
                 else:
                     codes[channel] = row_status if row_status != STATUS_OK else STATUS_CORRUPT
                     break
         cuda.syncthreads()
-        write_tile(stage, ring_rows, tile_width, items, item, y0, x0, (b0, b1), (0, w), out, thread, threads)
+        write_tile(stage, ring, items, item, (y0, x0), (b0, b1), (0, w), out, (thread, threads))
         cuda.syncthreads()
 
     for channel in range(channels):
@@ -526,25 +532,27 @@ def decode_fast(data, stream_starts, stream_ends, items, tasks, ring_rows, out, 
 
 
 @cuda.jit(device=True, inline="always")
-def unpredict_row(stage, channel, row, w, ring_rows, tile_width, bits, scan_scratch, thread, threads):
-    """A staged row of mapped residuals -> samples (fast.unpredict_row, in parallel): row 0 by a
-    running sum from half (a Hillis-Steele scan), later rows in PHASES passes with a barrier after each."""
+def unpredict_staged_row(stage, channel, row, w, ring, bits, scan_scratch, lanes):
+    """A staged row of mapped residuals -> samples (fast.unpredict_row, in parallel over lanes =
+    (thread, threads)): row 0 by a running sum from half (a Hillis-Steele scan), later rows in
+    PHASES passes with a barrier after each."""
+    thread, threads = lanes
     mask = (np.int64(1) << bits) - 1
     if row == 0:
         for col in range(thread, w, threads):
-            here = staged(channel, 0, col, ring_rows, tile_width)
+            here = staged(channel, 0, col, ring)
             first = (np.int64(1) << (bits - 1)) if col == 0 else 0
             stage[here] = (first + unzigzag(np.int64(stage[here]))) & mask
         cuda.syncthreads()
         offset = 1
         while offset < w:
             for col in range(thread, w, threads):
-                here = staged(channel, 0, col, ring_rows, tile_width)
+                here = staged(channel, 0, col, ring)
                 carry = np.int64(stage[here - offset]) if col >= offset else 0
                 scan_scratch[col] = (np.int64(stage[here]) + carry) & mask
             cuda.syncthreads()
             for col in range(thread, w, threads):
-                stage[staged(channel, 0, col, ring_rows, tile_width)] = scan_scratch[col]
+                stage[staged(channel, 0, col, ring)] = scan_scratch[col]
             cuda.syncthreads()
             offset *= 2
         return
@@ -553,16 +561,16 @@ def unpredict_row(stage, channel, row, w, ring_rows, tile_width, bits, scan_scra
         step = PERIOD if phase == 0 else PERIOD >> (phase - 1)
         distance = step >> 1 if phase > 0 else 0
         for col in range(distance + thread * step, w, threads * step):
-            here = staged(channel, row, col, ring_rows, tile_width)
-            prediction = np.int64(stage[staged(channel, row - 1, col, ring_rows, tile_width)])
+            here = staged(channel, row, col, ring)
+            prediction = np.int64(stage[staged(channel, row - 1, col, ring)])
             if phase > 0:
                 left = np.int64(stage[here - distance])
-                upleft = np.int64(stage[staged(channel, row - 1, col - distance, ring_rows, tile_width)])
+                upleft = np.int64(stage[staged(channel, row - 1, col - distance, ring)])
                 right = left
                 upright = upleft
                 if col + distance < w:
                     right = np.int64(stage[here + distance])
-                    upright = np.int64(stage[staged(channel, row - 1, col + distance, ring_rows, tile_width)])
+                    upright = np.int64(stage[staged(channel, row - 1, col + distance, ring)])
                 prediction = predict_between(left, right, prediction, upleft, upright)
             stage[here] = (prediction + unzigzag(np.int64(stage[here]))) & mask
         cuda.syncthreads()
