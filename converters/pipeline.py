@@ -476,6 +476,7 @@ def convert(layout: str, src, dst, /, *, split: str | None = None, mode: str = "
     fingerprint = _plan_fingerprint(found.name, tasks, byte_options)
     if resume and os.path.exists(os.path.join(dst, dataset.MANIFEST_NAME)):
         return _summary_from_manifest(dst, fingerprint, started)
+    plan = _Plan(found, src, dst, tasks, byte_options, verify, fingerprint, started)
     # before anything is written: a scheduler may not answer
     executor = executors.make_executor(workers, scheduler, warm=_compile_list(found, mode, verify))
     try:
@@ -484,16 +485,29 @@ def convert(layout: str, src, dst, /, *, split: str | None = None, mode: str = "
         executor.shutdown(cancel=True)
         raise
     try:
-        return _convert_tasks(found, src, dst, tasks, executor, byte_options, verify, resume, progress,
-                              fingerprint, started)
+        return _convert_tasks(plan, executor, resume=resume, progress=progress)
     finally:
         lock.close()
 
 
-def _convert_tasks(found, src, dst, tasks, executor, byte_options, verify, resume, progress, fingerprint,
-                   started) -> Summary:
+@dataclass(frozen=True)
+class _Plan:
+    """One conversion, as convert() planned it."""
+
+    found: object  # the layout's Found
+    src: str
+    dst: str
+    tasks: list  # one per shard
+    byte_options: dict  # what changes the bytes written (in the manifest and the fingerprint)
+    verify: bool
+    fingerprint: str
+    started: float  # time.perf_counter()
+
+
+def _convert_tasks(plan: _Plan, executor, *, resume: bool, progress: bool) -> Summary:
     """Run the shards not finished yet on executor, then write the indexes and the manifest."""
-    worker_options = {**byte_options, "verify": verify}
+    dst, tasks = plan.dst, plan.tasks
+    worker_options = {**plan.byte_options, "verify": plan.verify}
     records = {}
     pending = []
     for task in tasks:
@@ -523,7 +537,7 @@ def _convert_tasks(found, src, dst, tasks, executor, byte_options, verify, resum
         bar.close()
         executor.shutdown(cancel=interrupted)
     try:
-        summary = _finish(found, src, dst, tasks, records, byte_options, verify, fingerprint, started)
+        summary = _finish(plan, records)
     except OSError as error:
         raise _destination_error(error, dst) from error
     summary.shards_reused = reused
@@ -534,58 +548,61 @@ def _convert_tasks(found, src, dst, tasks, executor, byte_options, verify, resum
     return summary
 
 
-def _finish(found, src, dst, tasks, records, byte_options, verify, fingerprint, started) -> Summary:
+def _finish(plan: _Plan, records: dict) -> Summary:
     """Write every split's index, then the manifest; drop the work directory."""
-    summary = Summary(dst=dst, verified=verify)
+    summary = Summary(dst=plan.dst, verified=plan.verify)
     splits = {}
     notes = {}
-    for split in found.splits:
-        split_records = [records[(task.split, task.number)] for task in tasks if task.split == split]
+    for split in plan.found.splits:
+        split_records = [records[(task.split, task.number)] for task in plan.tasks if task.split == split]
         if any(record is None for record in split_records):
             raise ConvertError(f"a shard of {split} has no record; rerun with --resume")
-        rows = dataset.concatenate_rows(split_records)
-        dataset.write_index(os.path.join(dst, split), rows)
-        failures = [failure for record in split_records for failure in record["failures"]]
+        splits[split], failures = _finish_split(plan, split, split_records)
         for record in split_records:
             for note, count in record["notes"].items():
                 notes[note] = notes.get(note, 0) + count
-        source_bytes = sum(record["source_bytes"] for record in split_records)
-        l3_bytes = sum(record["l3_bytes"] for record in split_records)
-        shard_bytes = sum(record["bytes"] for record in split_records)
-        splits[split] = {
-            "samples": int(rows.shape[0]),
-            "failures": len(failures),
-            "fields": list(found.fields[split]),
-            "labelled": bool(rows.shape[0]) and bool((rows["label"] >= 0).any()),
-            "source_bytes": source_bytes,
-            "l3_bytes": l3_bytes,
-            "shard_bytes": shard_bytes,
-            "shards": [{key: record[key] for key in ("name", "bytes", "sha256", "samples")}
-                       for record in split_records],
-        }
-        summary.per_split[split] = {"samples": int(rows.shape[0]), "failures": len(failures),
-                                    "source_bytes": source_bytes, "l3_bytes": l3_bytes}
-        summary.samples += int(rows.shape[0])
+        entry = splits[split]
+        summary.per_split[split] = {key: entry[key] for key in ("samples", "failures", "source_bytes", "l3_bytes")}
+        summary.samples += entry["samples"]
         summary.failures += failures
-        summary.source_bytes += source_bytes
-        summary.l3_bytes += l3_bytes
+        summary.source_bytes += entry["source_bytes"]
+        summary.l3_bytes += entry["l3_bytes"]
         summary.shards += len(split_records)
-    dataset.write_manifest(dst, {
+    byte_options = plan.byte_options
+    dataset.write_manifest(plan.dst, {
         "codec_format_version": l3codec.VERSION,
         "l3codec_version": l3codec.__version__,
-        "source": {"path": src, "layout": found.name},
+        "source": {"path": plan.src, "layout": plan.found.name},
         "options": {**byte_options, "lossy_resize": byte_options["max_side"] is not None
                     or byte_options["resize_short"] is not None},
-        "class_names": found.class_names,
-        "class_ids": found.class_ids,
+        "class_names": plan.found.class_names,
+        "class_ids": plan.found.class_ids,
         "splits": splits,
         "failures": summary.failures,
         "pixel_notes": notes,
-        "plan_fingerprint": fingerprint,
+        "plan_fingerprint": plan.fingerprint,
     })
-    shutil.rmtree(os.path.join(dst, WORK_DIR), ignore_errors=True)
-    summary.wall_seconds = time.perf_counter() - started
+    shutil.rmtree(os.path.join(plan.dst, WORK_DIR), ignore_errors=True)
+    summary.wall_seconds = time.perf_counter() - plan.started
     return summary
+
+
+def _finish_split(plan: _Plan, split: str, split_records: list) -> tuple:
+    """Write a split's index from its shards' records; (its manifest entry, its failures)."""
+    rows = dataset.concatenate_rows(split_records)
+    dataset.write_index(os.path.join(plan.dst, split), rows)
+    failures = [failure for record in split_records for failure in record["failures"]]
+    entry = {
+        "samples": int(rows.shape[0]),
+        "failures": len(failures),
+        "fields": list(plan.found.fields[split]),
+        "labelled": bool(rows.shape[0]) and bool((rows["label"] >= 0).any()),
+        "source_bytes": sum(record["source_bytes"] for record in split_records),
+        "l3_bytes": sum(record["l3_bytes"] for record in split_records),
+        "shard_bytes": sum(record["bytes"] for record in split_records),
+        "shards": [{key: record[key] for key in ("name", "bytes", "sha256", "samples")} for record in split_records],
+    }
+    return entry, failures
 
 
 def _summary_from_manifest(dst: str, fingerprint: str, started: float) -> Summary:
