@@ -316,7 +316,7 @@ L3_DEVICE void decode_fast_row(const unsigned char* __restrict__ data, FastShare
         for (int b = tid * FAST_PERIOD; b < w; b += FAST_THREADS * FAST_PERIOD)
             predict_period<T, BITS>(row, row_above, b, w);
     }
-    if (tid == 0) {  // fast.decode_fast_row's checks, in its order (docs/FORMAT.md §7.2)
+    if (tid == 0) {  // fast.decode_fast_row_residuals's checks, in its order (docs/FORMAT.md §7.2)
         const long long end = sh.end[channel] * 8;
         int code = STATUS_OK;
         if (sh.row_data > end) {  // the A bit, or the flags and headers

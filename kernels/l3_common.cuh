@@ -172,14 +172,14 @@ L3_DEVICE unsigned long long load64(const unsigned char* __restrict__ data, long
     return value;
 }
 
-// At least 57 bits starting at bit_pos, LSB first (bitio.peek_bits guarantees 49).
-L3_DEVICE unsigned long long peek_bits(const unsigned char* __restrict__ data, long long size, long long bit_pos) {
+// At least 57 bits starting at bit_pos, LSB first (bitio.peek_bits, a byte narrower, guarantees 49).
+L3_DEVICE unsigned long long peek57(const unsigned char* __restrict__ data, long long size, long long bit_pos) {
     return load64(data, size, bit_pos >> 3) >> (bit_pos & 7);
 }
 
 // count (0..32) bits at bit_pos.
 L3_DEVICE unsigned read_bits(const unsigned char* __restrict__ data, long long size, long long bit_pos, int count) {
-    return (unsigned)(peek_bits(data, size, bit_pos) & ((1ull << count) - 1));
+    return (unsigned)(peek57(data, size, bit_pos) & ((1ull << count) - 1));
 }
 
 // Four little-endian bytes from byte pos, a multiple of 4 and not negative: one aligned 32-bit
@@ -191,7 +191,7 @@ L3_DEVICE unsigned load_word(const unsigned char* __restrict__ data, long long s
            load_byte(data, size, pos + 3) << 24;
 }
 
-// A lane's bit reservoir over its bit stream (LSB first, the bits peek_bits returns): `bits`
+// A lane's bit reservoir over its bit stream (LSB first, the bits peek57 returns): `bits`
 // holds the next `count` bits (the bits above them are zero); refill() tops it up to at least
 // 32 with one aligned 4-byte load, so a reader sees every stream byte once.
 struct BitReservoir {

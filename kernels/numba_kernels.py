@@ -343,7 +343,7 @@ def decode_compact(data, stream_starts, stream_ends, items, tasks, out, status):
 
 @cuda.jit(device=True, inline="always")
 def row_headers(buf, pos, end_bit, width, bits, group_starts, group_codes, row_state):
-    """One thread's pass over a fast row's A bit, flags and headers (fast.decode_fast_row's checks, in
+    """One thread's pass over a fast row's A bit, flags and headers (fast.decode_fast_row_residuals's checks, in
     its order, up to the row's end): group_starts/group_codes get each group's data bit position and
     code | qsum << 8 (0, a sparse group of no samples, for an unflagged group); row_state gets the status of these
     checks and the bit after the row."""

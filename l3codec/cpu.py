@@ -81,7 +81,7 @@ _INLINED = {
     "load56", "peek_bits", "read_bits", "trailing_zeros", "read_sample", "uncoded_sample", "subtract_green",
     "add_green", "med", "neighbours", "tile_neighbours", "activity_context", "unzigzag", "rice_parameter",
     "adapted", "initial_sum", "decode_code", "decode_run", "predict", "groups_per_row", "unpredicted", "slot",
-    "decode_rice_group", "decode_sparse_group", "decode_fast_row", "unpredict_row",
+    "decode_rice_group", "decode_sparse_group", "decode_fast_row_residuals", "unpredict_row",
     "zigzag", "adapt", "appended", "appended_code", "appended_run",
 }
 

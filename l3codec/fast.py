@@ -236,7 +236,7 @@ def decode_sparse_group(buf, pos, values, col, count, size, bits):
 
 
 @device
-def decode_fast_row(buf, pos, end_bit, values, width, bits):
+def decode_fast_row_residuals(buf, pos, end_bit, values, width, bits):
     """Decode the mapped residuals of the row at bit pos into values; returns (status, bit position
     after the row)."""
     if pos + 1 > end_bit:
@@ -305,7 +305,7 @@ def decode_fast_stream(buf, start, end, tile, bits):
     rows = np.zeros((2, PERIOD, (width + PERIOD - 1) // PERIOD), np.int64)  # this row and the one above
     pos = (start + 1) * 8
     for row in range(height):
-        status, pos = decode_fast_row(buf, pos, end * 8, residuals, width, bits)
+        status, pos = decode_fast_row_residuals(buf, pos, end * 8, residuals, width, bits)
         if status != STATUS_OK:
             return status
         current = rows[row & 1]

@@ -3,8 +3,11 @@ their data reaches a path (stream kinds, compact copied rows, fast group codes).
 
 import numpy as np
 
-from l3codec import fast
+from l3codec import compact, fast
 from l3codec import format as fmt
+
+
+KIND_NAMES = {fmt.KIND_CONSTANT: "constant", fmt.KIND_CODED: "coded", fmt.KIND_RAW: "raw"}
 
 
 def stream_census(data) -> dict:
@@ -15,16 +18,13 @@ def stream_census(data) -> dict:
     census = {"constant": 0, "coded": 0, "raw": 0, "copy_rows": 0}
     for stream, (start, end) in enumerate(zip(parsed.stream_starts, parsed.stream_ends)):
         kind = int(buf[start])
-        census[{0: "constant", 1: "coded", 2: "raw"}[kind]] += 1
+        census[KIND_NAMES[kind]] += 1
         if kind == fmt.KIND_CODED and info.mode == "compact":
             tile = stream // info.channels
-            h = min(32, info.height - tile // info.tiles_x * 32)
-            length_bits = int(buf[start + 7])
-            table = np.unpackbits(buf[start + 8 : end], bitorder="little")
-            lengths = [
-                int(table[r * length_bits : (r + 1) * length_bits] @ (1 << np.arange(length_bits)))
-                for r in range(h)
-            ]
+            h = min(info.tile_height, info.height - tile // info.tiles_x * info.tile_height)
+            status, _, _, length_bits, table_pos, _ = compact.compact_stream_layout(buf, int(start), int(end), h)
+            assert status == fmt.STATUS_OK, status
+            lengths = [compact.compact_row_length(buf, table_pos, length_bits, r) for r in range(h)]
             census["copy_rows"] += sum(1 for r in range(1, h) if lengths[r] == 0)
     return census
 
