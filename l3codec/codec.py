@@ -70,13 +70,13 @@ def encode(
         planes = image.reshape(1, height, width)  # already one plane: no copy
     else:
         planes = np.empty((channels, height, width), image.dtype)
-        cpu.image_to_planes(image, planes, transform_id, bits)
+        cpu.image_to_planes(fmt.readonly(image), planes, transform_id, bits)
     tiles_x, tiles_y = fmt.tile_grid(width, height, tile_width, tile_height)
     stream_count = tiles_x * tiles_y * channels
     slot_bytes = cpu.stream_slot_bytes(tile_width, tile_height, bits)
     scratch = np.empty(stream_count * slot_bytes, np.uint8)
     sizes = np.zeros(stream_count, np.int64)
-    cpu.encode_streams(planes, mode_id, tile_width, tile_height, bits, scratch, slot_bytes, sizes)
+    cpu.encode_streams(fmt.readonly(planes), mode_id, tile_width, tile_height, bits, scratch, slot_bytes, sizes)
     ends = np.cumsum(sizes)
     payload = np.empty(int(ends[-1]), np.uint8)
     cpu.gather_streams(scratch, slot_bytes, sizes, payload)

@@ -158,11 +158,22 @@ def as_bytes_view(data) -> np.ndarray:
     if isinstance(data, np.ndarray):
         if not data.flags.c_contiguous:
             raise L3Error("L3 data must be a contiguous buffer")
-        return data.reshape(-1).view(np.uint8)
-    try:
-        return np.frombuffer(data, dtype=np.uint8)
-    except (TypeError, ValueError, BufferError) as exc:  # not a buffer, or a non-contiguous one
-        raise L3Error(f"L3 data must be a contiguous bytes-like buffer, not {type(data).__name__}: {exc}") from exc
+        view = data.reshape(-1).view(np.uint8)
+    else:
+        try:
+            view = np.frombuffer(data, dtype=np.uint8)
+        except (TypeError, ValueError, BufferError) as exc:  # not a buffer, or a non-contiguous one
+            raise L3Error(f"L3 data must be a contiguous bytes-like buffer, not {type(data).__name__}: {exc}") from exc
+    return readonly(view)
+
+
+def readonly(array: np.ndarray) -> np.ndarray:
+    """A read-only view of array. The CPU drivers take what they only read as read-only views,
+    whoever owns the memory: Numba compiles each function once per argument type, and read-only
+    is part of the type (bytes and Pillow's arrays are read-only, numpy's and bytearray's not)."""
+    view = array.view()
+    view.flags.writeable = False
+    return view
 
 
 def check_geometry(width, height, channels, bits, mode, tile_width, tile_height) -> None:

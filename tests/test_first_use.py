@@ -77,10 +77,41 @@ def test_a_cache_miss_reads_the_verb_of_its_own_call(tmp_path):
     assert list(coordinator.started()) == [("compact", 16)] and sibling.process.wait(60) == 0
 
 
+# what a converter and a loader pass: Pillow's read-only arrays, bytes and bytearrays, 8- and
+# 16-bit single planes, crops into views of a larger batch buffer
+AS_USED = """
+import json
+import numpy as np
+from PIL import Image
+import l3codec
+from l3codec import cpu
+
+rng = np.random.default_rng(0)
+label = np.asarray(Image.fromarray(rng.integers(0, 40, (40, 70), dtype=np.uint16)))
+photo = np.asarray(Image.fromarray(rng.integers(0, 256, (40, 70, 3), dtype=np.uint8)))
+assert not label.flags.writeable and not photo.flags.writeable
+batch = np.zeros((2, 20, 30, 3), np.uint8)
+for image in (label, photo, photo.copy()):
+    data = l3codec.encode(image, mode="fast")
+    for buffer in (data, bytearray(data)):
+        assert np.array_equal(l3codec.decode(buffer), image)
+        assert np.array_equal(l3codec.decode(buffer, region=(5, 7, 20, 30)), image[5:25, 7:37])
+    if image.dtype == np.uint8:
+        l3codec.decode(data, region=(5, 7, 20, 30), out=batch[1, :, :, :3 if image.ndim == 3 else 1].squeeze())
+misses = {name: sum(driver.stats.cache_misses.values()) for name, driver in vars(cpu).items()
+          if hasattr(driver, "stats") and hasattr(driver, "_cache")}
+print(json.dumps(misses))
+"""
+
+
 def test_the_warmup_command_fills_the_cache(tmp_path):
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
-    subprocess.run([sys.executable, "-m", "l3codec.warmup", "--mode", "fast", "--bits", "8"], env=env,
+    subprocess.run([sys.executable, "-m", "l3codec.warmup", "--mode", "fast", "--bits", "8", "16"], env=env,
                    capture_output=True, timeout=600, check=True)
     result = _round_trip(tmp_path)
     assert result["stats"] == dict.fromkeys(result["stats"], LOADED)
     assert result["siblings"] == 0
+    used = subprocess.run([sys.executable, "-c", AS_USED], env=env, capture_output=True, text=True, timeout=600,
+                          check=True)
+    misses = json.loads(used.stdout)
+    assert misses and set(misses.values()) == {0}, misses
