@@ -40,9 +40,9 @@ steps = {}
 
 
 def timed(name, step):
-    def run(*args):
+    def run(*args, **options):
         start = time.process_time()
-        step(*args)
+        step(*args, **options)
         steps[name] = steps.get(name, 0) + time.process_time() - start
     return run
 
