@@ -240,32 +240,11 @@ def _is_url(root: str) -> bool:
     return "://" in root and not root.startswith("file://")
 
 
-class DatasetReader:
-    """Random access to one split of a converted dataset, by sample number and field.
+class DatasetLocation:
+    """Where a converted dataset is (a local path or an fsspec URL) and its files: the manifest
+    without opening a split (read_manifest), and what a DatasetReader reads through."""
 
-    Local shards are memory-mapped on first use in each process, remote ones (fsspec URLs) read
-    by byte range; nothing is opened until needed, so a reader pickles and survives fork.
-    """
-
-    def __init__(self, root, split: str = "train", *, storage_options=None, cache=None):
-        self._locate(root, storage_options)
-        self.split = split
-        self._maps = {}
-        self.manifest = self._load_manifest()
-        self.cache = cache  # a cache.SampleCache shared by every process that reads this dataset
-        self.max_in_flight = MAX_IN_FLIGHT  # concurrent range requests of read_many (remote)
-        splits = self.manifest.get("splits", {})
-        if split not in splits:
-            raise L3Error(f"{self.root} has no split {split!r}; it has {sorted(splits)}")
-        self.split_info = splits[split]
-        self.class_names = list(self.manifest.get("class_names", []))
-        self.index = self._load_index()
-        names = self.index.dtype.names or ()
-        self.fields = tuple(field for field in FIELDS if f"{field}_offset" in names)
-        self.members = self.fields + ((JSON_MEMBER,) if "json_offset" in names else ())
-
-    # -- files ---------------------------------------------------------------------------------------
-    def _locate(self, root, storage_options) -> None:
+    def __init__(self, root, storage_options=None):
         root = os.fspath(root).rstrip("/")
         self.root = root[len("file://"):] if root.startswith("file://") else root
         self.remote = _is_url(self.root)
@@ -273,9 +252,9 @@ class DatasetReader:
         self._fs, self._pid = None, os.getpid()
 
     def _own_process(self) -> None:
-        """After fork, forget the parent's mappings and connections."""
+        """After fork, forget the parent's connections."""
         if self._pid != os.getpid():
-            self._maps, self._fs, self._pid = {}, None, os.getpid()
+            self._fs, self._pid = None, os.getpid()
 
     def _filesystem(self):
         self._own_process()
@@ -300,13 +279,6 @@ class DatasetReader:
         """The path or URL of a file of the dataset."""
         return self._path(*parts)
 
-    @classmethod
-    def read_manifest(cls, root, *, storage_options=None) -> dict:
-        """A dataset's manifest, without opening a split."""
-        reader = cls.__new__(cls)
-        reader._locate(root, storage_options)
-        return reader._load_manifest()
-
     def _read_whole(self, *parts) -> bytes:
         path = self._path(*parts)
         if self.remote:
@@ -322,7 +294,8 @@ class DatasetReader:
             return False
         return True
 
-    def _load_manifest(self) -> dict:
+    def load_manifest(self) -> dict:
+        """The dataset's manifest, checked; sets dataset_id (the sample cache's key)."""
         try:
             text = self._read_whole(MANIFEST_NAME)
         except FileNotFoundError as error:
@@ -354,6 +327,37 @@ class DatasetReader:
         if manifest.get("codec_format_version") == 1 and manifest.get("options", {}).get("mode") == "fast":
             raise L3Error(f"{self.root} holds {FAST_V1_REFUSED}")
         return manifest
+
+
+class DatasetReader(DatasetLocation):
+    """Random access to one split of a converted dataset, by sample number and field.
+
+    Local shards are memory-mapped on first use in each process, remote ones (fsspec URLs) read
+    by byte range; nothing is opened until needed, so a reader pickles and survives fork.
+    """
+
+    def __init__(self, root, split: str = "train", *, storage_options=None, cache=None):
+        super().__init__(root, storage_options)
+        self.split = split
+        self._maps = {}
+        self.manifest = self.load_manifest()
+        self.cache = cache  # a cache.SampleCache shared by every process that reads this dataset
+        self.max_in_flight = MAX_IN_FLIGHT  # concurrent range requests of read_many (remote)
+        splits = self.manifest.get("splits", {})
+        if split not in splits:
+            raise L3Error(f"{self.root} has no split {split!r}; it has {sorted(splits)}")
+        self.split_info = splits[split]
+        self.class_names = list(self.manifest.get("class_names", []))
+        self.index = self._load_index()
+        names = self.index.dtype.names or ()
+        self.fields = tuple(field for field in FIELDS if f"{field}_offset" in names)
+        self.members = self.fields + ((JSON_MEMBER,) if "json_offset" in names else ())
+
+    def _own_process(self) -> None:
+        """After fork, forget the parent's mappings and connections."""
+        if self._pid != os.getpid():
+            self._maps = {}
+        super()._own_process()
 
     def _load_index(self) -> np.ndarray:
         path = self._path(self.split, INDEX_NAME)
@@ -554,4 +558,4 @@ def open_dataset(root, /, split: str = "train", *, storage_options=None, cache=N
 
 def read_manifest(root, /, *, storage_options=None) -> dict:
     """A converted dataset's manifest (split names, counts, options, failures, shard checksums)."""
-    return DatasetReader.read_manifest(root, storage_options=storage_options)
+    return DatasetLocation(root, storage_options).load_manifest()
