@@ -66,6 +66,11 @@ class StagedBatch:
 class BadSample(L3Error):
     """A sample failed validation or decoding; the message names its key."""
 
+    @classmethod
+    def whole_batch(cls, reasons) -> "BadSample":
+        """Every sample of a batch failed: none is left to stand in for the others."""
+        return cls("no good sample to substitute in this batch: " + "; ".join(reasons))
+
 
 def plan_samples(reader, indices, fields, geometry, *, seed: int, epoch: int, verify: bool = True,
                  buffer: np.ndarray | None = None, skip_bad: bool = False, max_pixels: int = MAX_PIXELS) -> tuple:
@@ -125,7 +130,7 @@ def plan_samples(reader, indices, fields, geometry, *, seed: int, epoch: int, ve
         first_seen[index] = samples[-1]
     good = next((s for s in samples if s is not None), None)
     if bad and good is None:
-        raise BadSample("no good sample to substitute in this batch: " + "; ".join(f"{k!r}: {r}" for _, k, r in bad))
+        raise BadSample.whole_batch(f"{k!r}: {r}" for _, k, r in bad)
     for position, _, _ in bad:
         samples[position] = good  # its bytes are staged once; each item decodes them into its own place
     batching.check_pixels([plan for sample in samples for plan in sample.plans], max_pixels)  # before any output

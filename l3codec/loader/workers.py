@@ -73,7 +73,7 @@ class _BatchSource(Dataset):
                     raise stage.BadSample(f"sample {sample.key!r} (index {sample.index}): {error}") from error
                 bad[s] = str(error)
         if len(bad) == len(samples):
-            raise stage.BadSample("no good sample to substitute in this batch: " + repr(list(bad.values())))
+            raise stage.BadSample.whole_batch(f"{samples[s].key!r}: {reason}" for s, reason in bad.items())
         staged = stage._staged(samples, layouts, out_size, skipped)
         images = {layout.name: self.finish.field(layout.name, flat, layout, staged.crops) for layout in layouts}
         if bad:
