@@ -19,6 +19,7 @@ from l3codec.converters import convert
 from l3codec.dataset import open_dataset
 
 from dataset_trees import folder_tree
+from s3_server import S3Server
 
 SAMPLES = 24
 
@@ -161,30 +162,12 @@ def test_two_datasets_never_share_entries(dataset, tmp_path):
 
 
 def test_a_remote_dataset_is_read_from_the_cache_once_the_server_is_gone(dataset, tmp_path):
-    moto_server = pytest.importorskip("moto.server")
-    s3fs = pytest.importorskip("s3fs")
-    import boto3
-
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    options = {"key": "testing", "secret": "testing", "client_kwargs": {"endpoint_url": endpoint,
-                                                                          "region_name": "us-east-1"}}
-    try:
-        boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="testing",
-                     aws_secret_access_key="testing").create_bucket(Bucket="cached")
-        fs = s3fs.S3FileSystem(**options)
-        for parent, _, files in os.walk(dataset):
-            for name in files:
-                path = os.path.join(parent, name)
-                fs.put_file(path, "cached/l3/" + os.path.relpath(path, dataset))
-        remote = open_dataset("s3://cached/l3", "train", storage_options=options,
+    with S3Server() as server:
+        server.upload(dataset, "cached/l3")
+        remote = open_dataset("s3://cached/l3", "train", storage_options=server.options(),
                               cache=SampleCache(tmp_path / "c", "100MB"))
         for i in epoch_order(0):
             remote.read(int(i), "image")
-    finally:
-        server.stop()
     local = open_dataset(dataset, "train")
     for i in epoch_order(1):  # the second epoch, with no server
         assert remote.read(int(i), "image").tobytes() == local.read(int(i), "image").tobytes()

@@ -10,6 +10,7 @@ from l3codec.format import L3Error
 from l3codec.netsim import LatencyProxy, RangeServer
 
 from dataset_trees import folder_tree
+from s3_server import S3Server
 
 SAMPLES = 24
 
@@ -24,27 +25,12 @@ def dataset(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def s3_behind_latency(dataset):
-    moto_server = pytest.importorskip("moto.server")
-    s3fs = pytest.importorskip("s3fs")
-    import os
-
-    import boto3
-
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    proxy = LatencyProxy(server.get_host_and_port(), latency=0.05)
-    options = {"key": "testing", "secret": "testing", "skip_instance_cache": True,
-               "client_kwargs": {"endpoint_url": proxy.endpoint, "region_name": "us-east-1"}}
-    boto3.client("s3", endpoint_url=proxy.endpoint, region_name="us-east-1", aws_access_key_id="testing",
-                 aws_secret_access_key="testing").create_bucket(Bucket="slow")
-    fs = s3fs.S3FileSystem(**options)
-    for parent, _, files in os.walk(dataset):
-        for name in files:
-            path = os.path.join(parent, name)
-            fs.put_file(path, "slow/l3/" + os.path.relpath(path, dataset))
-    yield proxy, options
-    proxy.close()
-    server.stop()
+    with S3Server() as server:
+        proxy = LatencyProxy(server.host_and_port, latency=0.05)
+        options = server.options(proxy.endpoint, skip_instance_cache=True)
+        server.upload(dataset, "slow/l3", options)
+        yield proxy, options
+        proxy.close()
 
 
 def test_a_batch_is_fetched_concurrently_in_merged_ranges(dataset, s3_behind_latency):
