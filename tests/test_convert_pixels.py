@@ -1,7 +1,6 @@
 """The pixel policy (l3codec/sources.py) as the converter applies it (README, "Converting a dataset")."""
 
 import io
-import os
 
 import cv2
 import numpy as np

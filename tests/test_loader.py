@@ -23,7 +23,6 @@ torch = pytest.importorskip("torch")
 from l3codec import batch as batching  # noqa: E402
 from l3codec import resize  # noqa: E402
 from l3codec.converters import convert  # noqa: E402
-from l3codec.loader.device import _Device  # noqa: E402
 from l3codec.loader import (  # noqa: E402
     CenterCrop, Full, L3Dataset, Loader, RandomCrop, RandomResizedCrop, host_decode_step,
 )
