@@ -240,6 +240,30 @@ def _is_url(root: str) -> bool:
     return "://" in root and not root.startswith("file://")
 
 
+def member_name(key: str, member: str) -> str:
+    """The tar member name of a sample's member (a field name, or JSON_MEMBER)."""
+    return f"{key}.{FIELDS.get(member, member)}"
+
+
+def member_header_problem(header, name: str, size: int) -> str | None:
+    """What is wrong with the tar header just before a member's data (the index says that member
+    is called name and holds size bytes), or None. The ustar name field holds the name's first
+    100 bytes, non-ASCII characters as '?' (PAX keeps the whole name in a header before it)."""
+    header = bytes(header)
+    if len(header) != TAR_BLOCK:
+        return "no tar header before it"
+    found = header[:100].split(b"\0", 1)[0]
+    if found != name.encode("ascii", "replace")[:100]:
+        return f"the tar member there is {found.decode('ascii', 'replace')!r}, not {name!r}"
+    try:
+        stored = int(header[124:136].split(b"\0", 1)[0].strip() or b"0", 8)
+    except ValueError:
+        return "the tar header before it is damaged"
+    if stored != size:
+        return f"the tar member there holds {stored} bytes, the index says {size}"
+    return None
+
+
 class DatasetLocation:
     """Where a converted dataset is (a local path or an fsspec URL) and its files: the manifest
     without opening a split (read_manifest), and what a DatasetReader reads through."""
@@ -340,6 +364,7 @@ class DatasetReader(DatasetLocation):
         super().__init__(root, storage_options)
         self.split = split
         self._maps = {}
+        self._misplaced = {}  # shard -> {(sample, member): problem}, filled as _maps is
         self.manifest = self.load_manifest()
         self.cache = cache  # a cache.SampleCache shared by every process that reads this dataset
         self.max_in_flight = MAX_IN_FLIGHT  # concurrent range requests of read_many (remote)
@@ -356,7 +381,7 @@ class DatasetReader(DatasetLocation):
     def _own_process(self) -> None:
         """After fork, forget the parent's mappings and connections."""
         if self._pid != os.getpid():
-            self._maps = {}
+            self._maps, self._misplaced = {}, {}
         super()._own_process()
 
     def _load_index(self) -> np.ndarray:
@@ -382,14 +407,32 @@ class DatasetReader(DatasetLocation):
         if mapped is None:
             path = self._path(self.split, shard_name(shard))
             try:
-                mapped = self._maps[shard] = np.memmap(path, np.uint8, mode="r")
+                mapped = np.memmap(path, np.uint8, mode="r")
             except ValueError as error:  # numpy cannot map an empty file
                 raise L3Error(f"{path} cannot be read ({error}): an empty or damaged shard") from None
+            self._misplaced[shard] = self._misplaced_members(shard, mapped)
+            self._maps[shard] = mapped
         return mapped
+
+    def _misplaced_members(self, shard: int, mapped) -> dict:
+        """{(sample, member): problem} for the members of this split in a shard whose tar header
+        does not name them: an index row pointing at another sample's bytes, checked once per
+        shard and process rather than per read."""
+        problems = {}
+        for sample in np.flatnonzero(self.index["shard"] == shard).tolist():
+            row = self.index[sample]
+            key = bytes(row["key"]).decode()
+            for member in self.members:
+                offset, size = int(row[f"{member}_offset"]), int(row[f"{member}_size"])
+                header = mapped[max(offset - TAR_BLOCK, 0):offset]
+                problem = member_header_problem(header, member_name(key, member), size)
+                if problem is not None:
+                    problems[(sample, member)] = problem
+        return problems
 
     def __getstate__(self):
         state = dict(self.__dict__)
-        state["_maps"], state["_fs"] = {}, None
+        state["_maps"], state["_misplaced"], state["_fs"] = {}, {}, None
         if not self.remote:
             state["index"] = None  # reopened (memory-mapped) on arrival
         return state
@@ -435,13 +478,13 @@ class DatasetReader(DatasetLocation):
         self._check_member(field)
         row = self._row(i)
         offset, size = int(row[f"{field}_offset"]), int(row[f"{field}_size"])
-        if self.cache is None:
-            return self._read_source(int(row["shard"]), offset, size)
         i = int(i) % len(self)
+        if self.cache is None:
+            return self._read_source(int(row["shard"]), offset, size, i, field)
         cached = self.cache.get(self.dataset_id, self.split, i, field, size)
         if cached is not None:
             return cached
-        data = self._read_source(int(row["shard"]), offset, size)
+        data = self._read_source(int(row["shard"]), offset, size, i, field)
         self.cache.put(self.dataset_id, self.split, i, field, data, root=self.root)
         return data
 
@@ -466,19 +509,25 @@ class DatasetReader(DatasetLocation):
                 cached = None if self.cache is None else self.cache.get(self.dataset_id, self.split, sample, field, size)
                 if cached is not None:
                     results[position] = cached
-                else:
-                    wanted.append((int(row["shard"]), offset, size, position, sample, field))
+                else:  # from the tar header before it, which must name it
+                    wanted.append((int(row["shard"]), max(offset - TAR_BLOCK, 0), offset, size, position, sample,
+                                   field))
             except (L3Error, IndexError, KeyError, OSError) as error:
                 results[position] = error
         merged = _merge_ranges(wanted)
         fetched = self._fetch_ranges([(self._path(self.split, shard_name(shard)), start, end)
                                       for (shard, start, end), _ in merged])
-        for ((_, start, _), members), data in zip(merged, fetched):
-            for _, offset, size, position, sample, field in members:
+        for ((shard, start, _), members), data in zip(merged, fetched):
+            for _, _, offset, size, position, sample, field in members:
                 if isinstance(data, BaseException):
                     results[position] = data
                     continue
-                member = np.frombuffer(data, np.uint8, count=size, offset=offset - start)
+                try:
+                    member = self._placed_member(self._path(self.split, shard_name(shard)), data, start, offset,
+                                                 size, sample, field)
+                except L3Error as error:
+                    results[position] = error
+                    continue
                 results[position] = member
                 if self.cache is not None:
                     self.cache.put(self.dataset_id, self.split, sample, field, member, root=self.root)
@@ -513,33 +562,47 @@ class DatasetReader(DatasetLocation):
                 break
         return results
 
-    def _read_source(self, shard: int, offset: int, size: int) -> np.ndarray:
-        if self.remote:
-            path = self._path(self.split, shard_name(shard))
-            data = self._filesystem().cat_file(path, start=offset, end=offset + size)
-            if len(data) != size:
-                raise L3Error(f"{path}: short read at {offset} ({len(data)} of {size} bytes)")
-            return np.frombuffer(data, np.uint8)
+    def _read_source(self, shard: int, offset: int, size: int, sample: int, member: str) -> np.ndarray:
+        path = self._path(self.split, shard_name(shard))
+        if self.remote:  # with the tar header before it, which must name it
+            start = max(offset - TAR_BLOCK, 0)
+            data = self._filesystem().cat_file(path, start=start, end=offset + size)
+            if len(data) != offset + size - start:
+                raise L3Error(f"{path}: short read at {start} ({len(data)} of {offset + size - start} bytes)")
+            return self._placed_member(path, data, start, offset, size, sample, member)
         mapped = self._shard_map(shard)
         if offset + size > mapped.shape[0]:
-            raise L3Error(f"{self._path(self.split, shard_name(shard))} is shorter than its index says")
+            raise L3Error(f"{path} is shorter than its index says")
+        problem = self._misplaced[shard].get((sample, member))
+        if problem is not None:
+            raise L3Error(f"{path}: the index's {member_name(self.key(sample), member)} at byte {offset}: {problem}")
         return mapped[offset:offset + size]
+
+    def _placed_member(self, path, data, start, offset, size, sample, member) -> np.ndarray:
+        """A member's bytes from a fetched range holding it and the tar header before it."""
+        name = member_name(self.key(sample), member)
+        problem = member_header_problem(data[offset - start - TAR_BLOCK:offset - start] if offset >= TAR_BLOCK
+                                        else b"", name, size)
+        if problem is not None:
+            raise L3Error(f"{path}: the index's {name} at byte {offset}: {problem}")
+        return np.frombuffer(data, np.uint8, count=size, offset=offset - start)
 
     def __repr__(self):
         return f"DatasetReader({self.root!r}, split={self.split!r}, samples={len(self)}, fields={self.fields})"
 
 
 def _merge_ranges(wanted: list) -> list:
-    """Members [(shard, offset, size, ...)] -> [((shard, start, end), members)], the members of
-    one shard that lie back to back (as a batch of consecutive samples does) in one range."""
+    """Members [(shard, first byte wanted, offset, size, ...)] -> [((shard, start, end), members)],
+    the members of one shard that lie back to back (as a batch of consecutive samples does) in one
+    range."""
     merged = []
     for member in sorted(wanted, key=lambda m: (m[0], m[1])):
-        shard, offset, size = member[:3]
-        if merged and merged[-1][0][0] == shard and offset <= merged[-1][0][2] + MERGE_GAP:
+        shard, first, offset, size = member[:4]
+        if merged and merged[-1][0][0] == shard and first <= merged[-1][0][2] + MERGE_GAP:
             (_, start, end), members = merged[-1]
             merged[-1] = ((shard, start, max(end, offset + size)), members + [member])
         else:
-            merged.append(((shard, offset, offset + size), [member]))
+            merged.append(((shard, first, offset + size), [member]))
     return merged
 
 

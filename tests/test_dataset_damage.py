@@ -3,6 +3,8 @@ loader with on_error="skip" carries on past an empty shard. Keys are safe for DA
 
 import json
 
+import numpy as np
+
 import pytest
 
 from l3codec.converters import convert
@@ -79,3 +81,42 @@ def test_a_loader_batch_over_max_pixels_is_refused_before_decoding(converted):
         assert len(next(iter(small))["key"]) == 2  # 1920 pixels pass
     with pytest.raises(L3Error, match="exceed max_pixels"):
         L3Dataset(converted, decode="cpu", max_pixels=100)[0]
+
+
+def _point_sample_at_another(converted):
+    """The index row of sample 1 now points at sample 0's image (same shape): no checksum or size
+    notices, only the tar header before the bytes names the other sample."""
+    index = np.load(converted / "train" / "index.npy")
+    for column in ("shard", "image_offset", "image_size", "image_height", "image_width", "image_channels", "image_bits"):
+        index[column][1] = index[column][0]
+    np.save(converted / "train" / "index.npy", index)
+    return bytes(index["key"][1]).decode(), bytes(index["key"][0]).decode()
+
+
+def test_an_index_row_pointing_at_another_samples_member_is_named(converted):
+    from l3codec.converters.inspect import inspect
+
+    key, other = _point_sample_at_another(converted)
+    reader = open_dataset(converted, "train")
+    with pytest.raises(L3Error, match=f"{key}.l3 at byte .*the tar member there is '{other}.l3'"):
+        reader.read(1)
+    assert reader.read(0).size and reader.read(2).size  # the other samples still read
+    good, bad = reader.read_many([(0, "image"), (1, "image")])
+    assert isinstance(good, np.ndarray) and isinstance(bad, L3Error)
+    report = inspect(converted, deep=True)
+    assert not report["ok"] and any(f"the tar member there is '{other}.l3'" in p for p in report["problems"])
+
+
+def test_a_remote_index_row_pointing_at_another_samples_member_is_named(converted):
+    from s3_server import S3Server
+
+    key, other = _point_sample_at_another(converted)
+    with S3Server() as server:
+        server.upload(converted, "damaged/l3")
+        reader = open_dataset("s3://damaged/l3", "train", storage_options=server.options())
+        with pytest.raises(L3Error, match=f"{key}.l3 at byte .*the tar member there is '{other}.l3'"):
+            reader.read(1)
+        results = reader.read_many([(0, "image"), (1, "image"), (2, "image")])
+        assert isinstance(results[1], L3Error) and "the tar member there is" in str(results[1])
+        local = open_dataset(converted, "train")
+        assert results[0].tobytes() == local.read(0).tobytes() and results[2].tobytes() == local.read(2).tobytes()
