@@ -102,11 +102,51 @@ def _other_layout(src: str, classes: list) -> str | None:
     return None
 
 
+KIND_SAMPLES = 16  # files per class whose headers are read for their kind
+
+
+def _sample_kind(path: str) -> tuple | None:
+    """(bits, colour) from a source file's header alone, None if it cannot be read: a PNG's IHDR
+    (bit depth, colour type), else Pillow's mode (Image.open reads only the header)."""
+    try:
+        with open(path, "rb") as file:
+            head = file.read(33)
+        if head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR":
+            return (16 if head[24] == 16 else 8), head[25] in (2, 3, 6)
+        from PIL import Image
+
+        with Image.open(path) as image:
+            return (16 if image.mode.startswith("I") else 8), image.mode not in ("1", "L", "LA", "I", "I;16",
+                                                                                  "I;16B", "I;16L")
+    except Exception:  # noqa: BLE001 - a bad file is the converter's to report, with its reason
+        return None
+
+
+def _label_maps_among_colour(directory: str, paths: list) -> str | None:
+    """Why a class looks like label maps among photographs: 16-bit single-channel images (label,
+    instance or depth maps) beside colour ones, from the headers of KIND_SAMPLES files spread
+    over it; None if it does not. 8- and 16-bit grey together (label maps) pass."""
+    chosen = paths[:: max(1, len(paths) // KIND_SAMPLES)][:KIND_SAMPLES]
+    grey16 = colour = None
+    for path in chosen:
+        kind = _sample_kind(path)
+        if kind == (16, False):
+            grey16 = grey16 or path
+        elif kind is not None and kind[1]:
+            colour = colour or path
+    if grey16 is None or colour is None:
+        return None
+    return (f"{directory} mixes 16-bit single-channel images with colour ones "
+            f"({os.path.relpath(grey16, directory)}, {os.path.relpath(colour, directory)}): label maps among "
+            "photographs? Convert them apart, or pass --force to take them as they are")
+
+
 def find_folder(src: str, *, split: str | None = None, force: bool = False, **_) -> Layout:
     """An ImageFolder tree (class = sorted directory names, as torchvision) or plain unlabelled images.
 
     A tree laid out as Cityscapes or ImageNet is refused unless force: its "classes" would be
-    the dataset's own folders (label maps mixed with photographs as training images)."""
+    the dataset's own folders (label maps mixed with photographs as training images); so is a
+    class (or a folder of plain images) holding 16-bit single-channel images beside colour ones."""
     _require_dir(src, "a folder of images or of class directories")
     entries = sorted((entry for entry in os.scandir(src) if _visible(entry)), key=lambda entry: entry.name)
     classes = [entry.name for entry in entries if entry.is_dir()]
@@ -126,9 +166,16 @@ def find_folder(src: str, *, split: str | None = None, force: bool = False, **_)
     samples = []
     if classes:
         for label, name in enumerate(classes):
-            for path in _images_under(os.path.join(src, name)):
-                samples.append(SourceSample(_sample_key(os.path.relpath(path, src)), (("image", path),), label))
+            paths = _images_under(os.path.join(src, name))
+            mixed = None if force else _label_maps_among_colour(os.path.join(src, name), paths)
+            if mixed:
+                raise LayoutError(mixed)
+            samples += [SourceSample(_sample_key(os.path.relpath(path, src)), (("image", path),), label)
+                        for path in paths]
     else:
+        mixed = None if force else _label_maps_among_colour(src, [os.path.join(src, name) for name in files])
+        if mixed:
+            raise LayoutError(mixed)
         samples = [SourceSample(_sample_key(name), (("image", os.path.join(src, name)),)) for name in files]
     if not samples:
         raise LayoutError(

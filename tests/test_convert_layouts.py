@@ -1,5 +1,5 @@
-"""l3convert's judgement of a source tree: a tree laid out as another dataset is refused by
-`folder`, a small dataset is planned in enough shards for every worker, and an unfinished
+"""l3convert's judgement of a source tree: a tree laid out as another dataset, or a class that
+holds 16-bit label maps among colour images, is refused by `folder`, a small dataset is planned in enough shards for every worker, and an unfinished
 conversion is named as such."""
 
 import os
@@ -37,6 +37,26 @@ def test_folder_refuses_an_imagenet_tree(tmp_path, capsys):
 def test_a_plain_class_tree_is_still_a_folder(tmp_path):
     folder_tree(tmp_path / "src", classes=("train", "val"))  # class names that are split names
     assert find_layout("folder", str(tmp_path / "src")).class_names == ["train", "val"]
+
+
+def test_folder_refuses_a_class_of_photographs_holding_a_16_bit_label_map(tmp_path, capsys):
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for i in range(5):  # grey and colour, PNG and JPEG: all 8-bit, one kind
+        save_png(os.fspath(tmp_path / "src" / "cats" / f"{i}.png"), rng.integers(0, 256, (8, 8, 3), dtype=np.uint8))
+    Image.fromarray(rng.integers(0, 256, (8, 8), dtype=np.uint8)).save(tmp_path / "src" / "cats" / "grey.jpg")
+    assert find_layout("folder", str(tmp_path / "src")).class_names == ["cats"]
+    save_png(os.fspath(tmp_path / "src" / "cats" / "3_instanceIds.png"), np.full((8, 8), 26001, np.uint16))
+    assert l3convert(["folder", str(tmp_path / "src"), str(tmp_path / "dst"), "--no-progress"]) == 2
+    error = capsys.readouterr().err
+    assert "mixes 16-bit single-channel images with colour ones (3_instanceIds.png, 0.png)" in error
+    assert "--force" in error
+    assert not (tmp_path / "dst").exists()
+    assert len(find_layout("folder", str(tmp_path / "src"), force=True).splits["train"]) == 7
+    save_png(os.fspath(tmp_path / "maps" / "a_labelIds.png"), np.zeros((8, 8), np.uint8))  # label maps alone pass
+    save_png(os.fspath(tmp_path / "maps" / "a_instanceIds.png"), np.full((8, 8), 26001, np.uint16))
+    assert len(find_layout("folder", str(tmp_path / "maps")).splits["train"]) == 2
 
 
 def test_auto_shard_size_gives_every_worker_a_shard_on_a_small_dataset(tmp_path):
