@@ -32,6 +32,9 @@ class Layout:
     fields: dict  # split name -> tuple of image fields every sample of it has
     class_names: list = field(default_factory=list)
     class_ids: list = field(default_factory=list)  # e.g. ImageNet wnids, when names come from a file
+    # sample depths of the "image" field seen in the headers read (folder reads some of each
+    # class; the other layouts' images are 8-bit): what the converter's workers compile ahead
+    image_bits: tuple = (8,)
 
 
 def _visible(entry) -> bool:
@@ -122,18 +125,18 @@ def _sample_kind(path: str) -> tuple | None:
         return None
 
 
-def _label_maps_among_colour(directory: str, paths: list) -> str | None:
-    """Why a class looks like label maps among photographs: 16-bit single-channel images (label,
-    instance or depth maps) beside colour ones, from the headers of KIND_SAMPLES files spread
-    over it; None if it does not. 8- and 16-bit grey together (label maps) pass."""
+def _sampled_kinds(paths: list) -> list:
+    """[(path, (bits, colour))] of KIND_SAMPLES files spread over paths (unreadable ones left out)."""
     chosen = paths[:: max(1, len(paths) // KIND_SAMPLES)][:KIND_SAMPLES]
-    grey16 = colour = None
-    for path in chosen:
-        kind = _sample_kind(path)
-        if kind == (16, False):
-            grey16 = grey16 or path
-        elif kind is not None and kind[1]:
-            colour = colour or path
+    return [(path, kind) for path in chosen if (kind := _sample_kind(path)) is not None]
+
+
+def _label_maps_among_colour(directory: str, kinds: list) -> str | None:
+    """Why a class looks like label maps among photographs: 16-bit single-channel images (label,
+    instance or depth maps) beside colour ones, from _sampled_kinds; None if it does not. 8- and
+    16-bit grey together (label maps) pass."""
+    grey16 = next((path for path, kind in kinds if kind == (16, False)), None)
+    colour = next((path for path, kind in kinds if kind[1]), None)
     if grey16 is None or colour is None:
         return None
     return (f"{directory} mixes 16-bit single-channel images with colour ones "
@@ -164,26 +167,25 @@ def find_folder(src: str, *, split: str | None = None, force: bool = False, **_)
             f"({len(classes)} directories such as {classes[0]!r}, {len(files)} images such as {files[0]!r})"
         )
     samples = []
-    if classes:
-        for label, name in enumerate(classes):
-            paths = _images_under(os.path.join(src, name))
-            mixed = None if force else _label_maps_among_colour(os.path.join(src, name), paths)
-            if mixed:
-                raise LayoutError(mixed)
-            samples += [SourceSample(_sample_key(os.path.relpath(path, src)), (("image", path),), label)
-                        for path in paths]
-    else:
-        mixed = None if force else _label_maps_among_colour(src, [os.path.join(src, name) for name in files])
+    bits = set()
+    groups = [(os.path.join(src, name), _images_under(os.path.join(src, name))) for name in classes] if classes \
+        else [(src, [os.path.join(src, name) for name in files])]
+    for label, (directory, paths) in enumerate(groups):
+        kinds = _sampled_kinds(paths)
+        bits |= {kind[0] for _, kind in kinds}
+        mixed = None if force else _label_maps_among_colour(directory, kinds)
         if mixed:
             raise LayoutError(mixed)
-        samples = [SourceSample(_sample_key(name), (("image", os.path.join(src, name)),)) for name in files]
+        samples += [SourceSample(_sample_key(os.path.relpath(path, src)), (("image", path),),
+                                 label if classes else -1) for path in paths]
     if not samples:
         raise LayoutError(
             f"expected image files ({', '.join(IMAGE_SUFFIXES)}) in {src} or in class directories under it, "
             f"found {_listing(src)}"
         )
     name = split or "train"
-    return Layout("folder", {name: _unique_keys(samples)}, {name: ("image",)}, classes)
+    return Layout("folder", {name: _unique_keys(samples)}, {name: ("image",)}, classes,
+                  image_bits=tuple(sorted(bits)) or (8,))
 
 
 CITYSCAPES_LABELS = {"labelIds": "labelIds.png", "instanceIds": "instanceIds.png", "color": "color.png"}

@@ -437,12 +437,12 @@ class _Progress:
 
 def _compile_list(found, mode: str, verify: bool) -> tuple:
     """What the workers will compile: the encoder (and with verify the decoder) of the images'
-    mode for 8-bit samples, and of compact for 8- and 16-bit label maps where the layout has them.
-    Rarer types (16-bit images) compile when first met."""
+    mode for the sample depths the layout saw in them, and of compact for 8- and 16-bit label
+    maps where the layout has them. A depth the layout did not see compiles when first met."""
     verbs = ("encode", "decode") if verify else ("encode",)
-    kinds = {(field_named(member).encoding_mode(mode), 8 if member == "image" else bits)
+    kinds = {(field_named(member).encoding_mode(mode), bits)
              for fields in found.fields.values() for member in fields
-             for bits in ((8,) if member == "image" else (8, 16))}
+             for bits in (found.image_bits if member == "image" else (8, 16))}
     return tuple((verb, kind_mode, bits, 3 if bits == 8 else 1) for verb in verbs for kind_mode, bits in sorted(kinds))
 
 

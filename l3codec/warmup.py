@@ -38,7 +38,9 @@ def exercise(verb: str, mode: str, bits: int, channels: int) -> None:
                     tile_height=fmt.DEFAULT_TILE_HEIGHT[mode_id],
                     stream_ends=np.arange(1, channels + 1) * len(stream), payload=stream * channels)
     codec.decode(data)
-    # and into a view of a larger buffer (not contiguous), as the loader's batches are
+    # a crop (one plane too goes through the planes), and into a view of a larger buffer (not
+    # contiguous), as the loader's batches are
+    codec.decode(data, region=(1, 1, 6, fmt.MIN_TILE_WIDTH - 2))
     wider = np.empty((8, fmt.MIN_TILE_WIDTH + 1, channels), dtype)[:, :fmt.MIN_TILE_WIDTH]
     codec.decode(data, out=wider if channels > 1 else wider[:, :, 0])
 

@@ -59,6 +59,19 @@ def test_folder_refuses_a_class_of_photographs_holding_a_16_bit_label_map(tmp_pa
     assert len(find_layout("folder", str(tmp_path / "maps")).splits["train"]) == 2
 
 
+def test_the_workers_compile_ahead_for_the_sample_depths_the_folder_holds(tmp_path):
+    from l3codec.converters.pipeline import _compile_list
+
+    folder_tree(tmp_path / "photos")
+    assert find_layout("folder", str(tmp_path / "photos")).image_bits == (8,)
+    save_png(os.fspath(tmp_path / "maps" / "a_labelIds.png"), np.zeros((8, 8), np.uint8))
+    save_png(os.fspath(tmp_path / "maps" / "a_instanceIds.png"), np.full((8, 8), 26001, np.uint16))
+    maps = find_layout("folder", str(tmp_path / "maps"))
+    assert maps.image_bits == (8, 16)
+    assert set(_compile_list(maps, "fast", verify=True)) == {
+        (verb, "fast", bits, channels) for verb in ("encode", "decode") for bits, channels in ((8, 3), (16, 1))}
+
+
 def test_auto_shard_size_gives_every_worker_a_shard_on_a_small_dataset(tmp_path):
     classes = tuple(f"c{n}" for n in range(AUTO_SHARDS_PER_SPLIT))
     folder_tree(tmp_path / "src", per_class=4, classes=classes)
