@@ -12,6 +12,7 @@ a task being one tile of one item that intersects the item's region.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -102,10 +103,12 @@ class ItemPlan:
     stream_starts: np.ndarray  # int64 offsets into the item's own bytes
     stream_ends: np.ndarray
     tiles: np.ndarray  # (n, 2) int64: (tile_y, tile_x) of the tiles the region touches
+    staged_size: int | None = None  # set by stage_streams: the item is only the streams its tiles use
 
     @property
     def size(self) -> int:
-        return self.info.file_size
+        """Bytes of the item in the batch's data: the file, or what stage_streams kept of it."""
+        return self.info.file_size if self.staged_size is None else self.staged_size
 
     @property
     def shape(self) -> tuple:
@@ -122,6 +125,29 @@ def plan_item(data, region=None, /, *, verify: bool = True) -> ItemPlan:
     info = parsed.info
     region = (0, 0, info.height, info.width) if region is None else check_region(info, region)
     return ItemPlan(info, region, parsed.stream_starts, parsed.stream_ends, _region_tiles(info, region))
+
+
+def stage_streams(plan: ItemPlan, data: np.ndarray, out: np.ndarray, /) -> ItemPlan:
+    """Copy the streams of plan's tiles from data (the item's validated file) to the start of out,
+    back to back, and return the plan of those bytes: its tiles' streams at their new offsets, the
+    others empty at the end. A decode of the region needs these bytes and no more: a crop of a
+    large image stages (and sends to the device) a fraction of it, and a whole image all but its
+    header. Streams are contiguous in the file, so consecutive ones go in one copy."""
+    used, _, _ = region_streams(plan.info, plan.region)  # ascending: tiles row by row, then channels
+    sizes = plan.stream_ends[used] - plan.stream_starts[used]
+    placed = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    total = int(placed[-1])
+    if total > out.size:
+        raise L3Error(f"staging buffer of {out.size} bytes left is too small for {total}")
+    breaks = np.flatnonzero(np.diff(used) != 1) + 1  # runs of consecutive streams
+    for first, stop in zip(np.concatenate([[0], breaks]), np.concatenate([breaks, [used.size]])):
+        source = int(plan.stream_starts[used[first]])
+        length = int(placed[stop] - placed[first])
+        out[placed[first]:placed[first] + length] = data[source:source + length]
+    starts = np.full(plan.stream_starts.size, total, np.int64)
+    ends = starts.copy()
+    starts[used], ends[used] = placed[:-1], placed[1:]
+    return dataclasses.replace(plan, stream_starts=starts, stream_ends=ends, staged_size=total)
 
 
 def prepare(items, regions=None, *, verify=True, max_pixels: int = fmt.MAX_PIXELS) -> Batch:

@@ -151,10 +151,18 @@ def decode(data, /, *, region=None, out=None, verify: bool = True, max_pixels: i
     max_pixels: a larger image (or region) is refused from its header, before anything is
     allocated: a few kilobytes of L3 can describe gigabytes of pixels.
     """
-    from . import cpu
-
     require_buffer(data)
     parsed = fmt.parse(data, verify=verify)
+    return decode_parsed(fmt.as_bytes_view(data), parsed, region=region, out=out, max_pixels=max_pixels)
+
+
+def decode_parsed(buf: np.ndarray, parsed: fmt.Parsed, /, *, region=None, out=None,
+                  max_pixels: int = fmt.MAX_PIXELS) -> np.ndarray:
+    """decode() of a file already parsed and validated: its streams at parsed's offsets in buf
+    (a uint8 array), which need hold only the streams the region's tiles use, as a staged batch
+    does."""
+    from . import cpu
+
     info = parsed.info
     if region is None:
         region = (0, 0, info.height, info.width)
@@ -171,11 +179,10 @@ def decode(data, /, *, region=None, out=None, verify: bool = True, max_pixels: i
         out = np.empty(shape, info.dtype)
     else:
         _check_out(out, shape, info.dtype)
-    buf = fmt.as_bytes_view(data)
     first_use.coordinator.starting("decode", info.mode, info.bits, info.channels, cpu.cache_path)
     planes = out.reshape(1, h, w) if direct else np.empty((info.channels, size[0], size[1]), info.dtype)
     status = np.zeros(streams.size, np.int64)
-    cpu.decode_streams(buf, parsed, streams, planes, status, origin=origin)
+    cpu.decode_streams(fmt.readonly(buf), parsed, streams, planes, status, origin=origin)
     raise_for_status(status, streams, info.channels)
     if direct:
         return out

@@ -410,6 +410,7 @@ class DatasetReader(DatasetLocation):
                 mapped = np.memmap(path, np.uint8, mode="r")
             except ValueError as error:  # numpy cannot map an empty file
                 raise L3Error(f"{path} cannot be read ({error}): an empty or damaged shard") from None
+            mapped = mapped.view(np.ndarray)  # the mapping stays its base; slices of a plain array are cheaper
             self._misplaced[shard] = self._misplaced_members(shard, mapped)
             self._maps[shard] = mapped
         return mapped

@@ -76,8 +76,8 @@ def plan_samples(reader, indices, fields, geometry, *, seed: int, epoch: int, ve
                  buffer: np.ndarray | None = None, skip_bad: bool = False, max_pixels: int = MAX_PIXELS) -> tuple:
     """(sample plans in batch order, skipped [(key, reason)], bytes written to buffer).
 
-    buffer: copy each member's bytes into it back to back and validate the copy (GPU staging);
-    None validates the reader's own bytes (CPU decoding). A bad sample raises BadSample naming
+    buffer: validate each member, then copy into it, back to back, the streams its crop's tiles
+    use (GPU staging; batching.stage_streams); None validates the reader's own bytes (CPU decoding). A bad sample raises BadSample naming
     its key, or with skip_bad is replaced by the batch's first good sample (its index then
     appears twice). A batch with no good sample raises. A sample that appears more than once
     (a replacement, a sampler drawing with replacement, a batch larger than the dataset) is read
@@ -107,15 +107,13 @@ def plan_samples(reader, indices, fields, geometry, *, seed: int, epoch: int, ve
                     raise view
                 if view is None:
                     view = reader.read(index, name)
-                if buffer is not None:
-                    if written + view.size > buffer.size:
-                        raise L3Error(f"staging buffer of {buffer.size} bytes is full")  # sized from the index
-                    buffer[written:written + view.size] = view
-                    view = buffer[written:written + view.size]
-                    written += view.size
                 plan = batching.plan_item(view, crop.region, verify=verify)
                 if (plan.info.height, plan.info.width) != (height, width):
                     raise L3Error(f"{name} is {plan.info.height}x{plan.info.width}, the sample {height}x{width}")
+                if buffer is not None:  # only the streams the crop's tiles use (sized from the index)
+                    plan = batching.stage_streams(plan, view, buffer[written:])
+                    view = buffer[written:written + plan.size]
+                    written += plan.size
                 plans.append(plan)
                 views.append(view)
         except (L3Error, OSError, KeyError) as error:

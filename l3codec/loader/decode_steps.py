@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import torch
 
+from .. import batch as batching
 from .. import codec, gpu
+from .. import format as fmt
 from ..format import STATUS_CORRUPT, L3Error
 from ..torch import on_torch_stream
 from .finish import region_view
@@ -27,18 +29,21 @@ def host_decode_step(staged, buffer: torch.Tensor, out: torch.Tensor, status: to
     """A decode step on the host with the CPU decoder, honouring the launch tables' output layout:
     for running the GPU path's logic where there is no GPU (and as a reference in tests)."""
     flat, packed = out.numpy(), staged.packed
-    data = buffer.numpy()[:packed.data_size]
+    data, starts, ends, _ = batching.packed_views(packed, staged.batch.launches, buffer.numpy())
     order = gpu.status_order(staged.batch)
     position = {int(item): entry for entry, item in enumerate(order)}
-    starts = staged.batch.data_offsets
     for launch in staged.batch.launches:
         for record, item in zip(launch.items, launch.item_index):
             info = staged.batch.infos[item]
             y, x, h, w = (int(record[name]) for name in ("region_y", "region_x", "region_h", "region_w"))
             target = region_view(flat, int(record["out_offset"]), int(record["out_row_pitch"]), h, w,
                                  info.channels, info.dtype)
+            # the item's streams as staged (only those of its tiles), found through the launch tables
+            streams = slice(int(record["stream_base"]), int(record["stream_base"]) + info.tiles_x * info.tiles_y
+                            * info.channels)
+            parsed = fmt.Parsed(info, None, starts[streams], ends[streams], 0)
             try:
-                codec.decode(data[starts[item]:starts[item] + info.file_size], region=(y, x, h, w),
-                             out=target if info.channels > 1 else target[:, :, 0], verify=False)
+                codec.decode_parsed(data, parsed, region=(y, x, h, w),
+                                    out=target if info.channels > 1 else target[:, :, 0])
             except L3Error:
                 status.numpy()[position[int(item)]] = STATUS_CORRUPT
