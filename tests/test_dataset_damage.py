@@ -120,3 +120,23 @@ def test_a_remote_index_row_pointing_at_another_samples_member_is_named(converte
         assert isinstance(results[1], L3Error) and "the tar member there is" in str(results[1])
         local = open_dataset(converted, "train")
         assert results[0].tobytes() == local.read(0).tobytes() and results[2].tobytes() == local.read(2).tobytes()
+
+
+@pytest.mark.parametrize("name", ["short/key.l3", "a" * 150 + ".l3", "dir/" * 30 + "x.l3", "ünïcode/key.l3",
+                                  "x" * 99 + "é.l3"])
+def test_the_member_check_reads_tarfiles_own_headers_long_and_non_ascii_names_included(name):
+    import io
+    import tarfile
+
+    from l3codec.dataset import member_header_problem
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        info = tarfile.TarInfo(name)
+        info.size = 3
+        tar.addfile(info, io.BytesIO(b"abc"))
+        data_at = tar.offset - 512  # the one block of data, after its header
+    header = buffer.getvalue()[data_at - 512:data_at]
+    assert member_header_problem(header, name, 3) is None
+    assert "holds 3 bytes" in member_header_problem(header, name, 4)
+    assert "the tar member there is" in member_header_problem(header, "other" + name, 3)
