@@ -28,9 +28,13 @@ def progress_sink():
     return _progress_queue
 
 
-def _init_pool_process(queue, coordinator: int, warm: tuple = ()) -> None:
+def _init_pool_process(queue, coordinator: int, warm: tuple = (), notice=None) -> None:
     global _progress_queue
     _progress_queue = queue
+    if notice is not None:  # one first-use notice for the whole pool
+        from l3codec import first_use
+
+        first_use.coordinator.share_notice(notice)
     # the pool's processes are children of the forkserver, not of the coordinator: they watch it
     # themselves, so that a coordinator killed outright (SIGKILL, OOM) leaves no process behind
     watch_owner(coordinator, "coordinator-watch")
@@ -90,7 +94,7 @@ class PoolExecutor:
         self.workers = workers
         self._pool = concurrent.futures.ProcessPoolExecutor(
             workers, mp_context=context, initializer=_init_pool_process,
-            initargs=(self.progress_queue, os.getpid(), tuple(warm)),
+            initargs=(self.progress_queue, os.getpid(), tuple(warm), context.Value("b", 0)),
         )
 
     def submit(self, fn, /, *args, **kwargs):

@@ -122,8 +122,7 @@ decode_fast_stream = _dev.decode_fast_stream
 
 
 
-_cached = cached_njit([sys.modules[__name__]], notice=first_use.NOTICE, on_miss=first_use.coordinator.cache_missed,
-                      nogil=True)
+_cached = cached_njit([sys.modules[__name__]], on_miss=first_use.coordinator.cache_missed, nogil=True)
 
 
 def cache_path():

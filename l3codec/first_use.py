@@ -127,6 +127,25 @@ class FirstUse:
         self._verb = contextvars.ContextVar(f"l3codec_verb_{id(self)}", default=None)
         self._started = {}  # (mode name, bits) -> Sibling compiling that decoder, or None if none could start
         self._awaited = set()  # (mode name, bits) whose first decode in this process waited for any sibling
+        self._announced = False
+        self._shared_notice = None
+
+    def share_notice(self, flag) -> None:
+        """The processes of one pool share flag (a multiprocessing Value("b")): the first of them
+        to compile prints NOTICE for all, rather than each its own copy."""
+        self._shared_notice = flag
+
+    def announce(self) -> None:
+        """NOTICE on stderr, once per process (once per pool where share_notice was called)."""
+        if self._announced:
+            return
+        self._announced = True
+        if self._shared_notice is not None:
+            with self._shared_notice.get_lock():
+                if self._shared_notice.value:
+                    return
+                self._shared_notice.value = 1
+        print(NOTICE, file=sys.stderr, flush=True)
 
     def started(self) -> dict:
         """{(mode name, bits): Sibling or None} of the decoders this process started siblings for."""
@@ -156,6 +175,7 @@ class FirstUse:
         decoder meanwhile, on the other core: a round trip's two compilations then take about as
         long as the longer one. A decode starts none: processes that decode first (loader workers,
         `l3 decode`) rarely encode."""
+        self.announce()
         current = self._verb.get()
         if not self.siblings or current is None or current[0] != "encode":
             return

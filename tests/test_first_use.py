@@ -115,3 +115,37 @@ def test_the_warmup_command_fills_the_cache(tmp_path):
                           check=True)
     misses = json.loads(used.stdout)
     assert misses and set(misses.values()) == {0}, misses
+
+
+POOL_MEMBER = """
+import multiprocessing, sys
+from l3codec import first_use
+
+def member(flag):
+    if flag is not None:
+        first_use.coordinator.share_notice(flag)
+    first_use.coordinator.cache_missed(sys.argv[1])  # what a cache miss while compiling calls
+    first_use.coordinator.cache_missed(sys.argv[1])
+
+if __name__ == "__main__":
+    context = multiprocessing.get_context("forkserver")
+    flag = context.Value("b", 0) if sys.argv[2] == "shared" else None
+    members = [context.Process(target=member, args=(flag,)) for _ in range(3)]
+    for process in members:
+        process.start()
+    for process in members:
+        process.join()
+"""
+
+
+def test_the_processes_of_a_pool_say_they_compile_once(tmp_path):
+    """The converter's and the loader's pools share a flag (executors._init_pool_process,
+    loader.workers._worker_init): the first of their processes to miss the cache prints the notice."""
+    script = tmp_path / "pool_member.py"
+    script.write_text(POOL_MEMBER)
+    printed = {}
+    for sharing in ("shared", "alone"):
+        done = subprocess.run([sys.executable, str(script), str(tmp_path), sharing], capture_output=True, text=True,
+                              timeout=120, check=True)
+        printed[sharing] = done.stderr.count("compiling the CPU codec")
+    assert printed == {"shared": 1, "alone": 3}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import multiprocessing
 import os
 import warnings
 import weakref
@@ -157,12 +158,15 @@ class Loader:
             self._requests = _Requests(slots, weakref.WeakMethod(wait_slot) if wait_slot else None)
             workers = self.num_workers
             decoders = _decoders(self.dataset) if self.dataset.decode == "cpu" and workers else ()
+            context = self.multiprocessing_context or _worker_context()
+            if isinstance(context, str):
+                context = multiprocessing.get_context(context)
+            init = functools.partial(_worker_init, os.getpid(), decoders, context.Value("b", 0)) if workers else None
             self._batches_loader = DataLoader(
                 source, sampler=self._requests, batch_size=None, collate_fn=_identity, num_workers=workers,
                 prefetch_factor=self.prefetch_factor if workers else None, persistent_workers=workers > 0,
-                worker_init_fn=functools.partial(_worker_init, os.getpid(), decoders) if workers else None,
-                pin_memory=self.dataset.decode == "cpu" and self._device.cuda,
-                multiprocessing_context=(self.multiprocessing_context or _worker_context()) if workers else None,
+                worker_init_fn=init, pin_memory=self.dataset.decode == "cpu" and self._device.cuda,
+                multiprocessing_context=context if workers else None,
                 timeout=self.timeout if workers else 0,
             )
         self._requests.start(self.order.epoch, batches, first)

@@ -99,6 +99,10 @@ def _batch_dict(staged, images: dict) -> dict:
     }
 
 
+def _start_method(context) -> str | None:
+    return getattr(context, "get_start_method", lambda: context)()
+
+
 def _worker_context() -> str:
     """How DataLoader workers start: from a forkserver, never by forking this process.
 
@@ -127,17 +131,20 @@ def _watched(batches: DataLoader, timeout: float):
                 f"no batch came from the loader's {batches.num_workers} workers in {timeout:g} s: a worker is "
                 f"stuck. Workers started by forking a process whose thread pools were running (torch's "
                 f"or Numba's OpenMP threads after a training step) deadlock; they start from a forkserver "
-                f"unless multiprocessing_context says otherwise (it is {batches.multiprocessing_context!r}). "
+                f"unless multiprocessing_context says otherwise (it is {_start_method(batches.multiprocessing_context)!r}). "
                 f"A source that never answers (a FIFO, a stalled remote read) stalls them too."
             ) from None
 
 
-def _worker_init(owner: int, decoders: tuple, worker_id: int) -> None:
+def _worker_init(owner: int, decoders: tuple, notice, worker_id: int) -> None:
     _one_numba_thread()
     watch_owner(owner, "loader-watch")  # a forkserver's child: torch's parent check cannot see the loader die
     # the decoders this dataset needs, each compiled by one worker while the others compile another
-    # or wait, then load it from the cache, instead of every worker compiling each at once
-    from .. import warmup
+    # or wait, then load it from the cache, instead of every worker compiling each at once; one
+    # first-use notice for them all
+    from .. import first_use, warmup
+
+    first_use.coordinator.share_notice(notice)
 
     start = worker_id % len(decoders) if decoders else 0
     for mode, bits, channels in decoders[start:] + decoders[:start]:
