@@ -77,9 +77,9 @@ def plan_samples(reader, indices, fields, geometry, *, seed: int, epoch: int, ve
     """(sample plans in batch order, skipped [(key, reason)], bytes written to buffer).
 
     buffer: validate each member, then copy into it, back to back, the streams its crop's tiles
-    use (GPU staging; batching.stage_streams); None validates the reader's own bytes (CPU decoding). A bad sample raises BadSample naming
-    its key, or with skip_bad is replaced by the batch's first good sample (its index then
-    appears twice). A batch with no good sample raises. A sample that appears more than once
+    use (GPU staging; batching.stage_streams); None validates the reader's own bytes (CPU
+    decoding). A bad sample raises BadSample naming its key, or with skip_bad is replaced by the
+    batch's first good sample (its index then appears twice). A batch with no good sample raises. A sample that appears more than once
     (a replacement, a sampler drawing with replacement, a batch larger than the dataset) is read
     and staged once, so a buffer sized by staging_bytes always holds the batch.
     """
