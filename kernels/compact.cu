@@ -208,11 +208,17 @@ L3_DEVICE void decode_compact_tile(const unsigned char* __restrict__ data, long 
     // a constant stream keeps its value in run_value; a raw stream's first sample is at byte in.next
     CompactRow row = {{0, 0, 0}, 0, 0, 0, 0, false, false};
     if (decoding) {
-        const long long start = stream_starts[stream];
         const long long end = stream_ends[stream];
+        const PlaneStream plane = open_stream(data, data_size, stream_starts[stream], end, channel,
+                                              stream_starts[stream - channel], channels, (int)sizeof(T));
+        const long long start = plane.start;
         const int kind = (int)load_byte(data, data_size, start);
         row_end = 0;
-        if (kind > KIND_RAW) {
+        if (plane.status != STATUS_OK) {
+            lane_status = plane.status;
+        } else if (plane.colours == PLANE_MEMBER) {
+            // channel 0's warp stages the tile's indices; this warp stages zeros the writer never reads
+        } else if (kind > KIND_RAW) {
             lane_status = STATUS_BAD_KIND;
         } else if (kind == KIND_CONSTANT) {
             if (end - start != 1 + (long long)sizeof(T)) {
@@ -265,6 +271,10 @@ L3_DEVICE void decode_compact_tile(const unsigned char* __restrict__ data, long 
                 }
                 source = SOURCE_CODED;
             }
+        }
+        if (plane.colours > 0 && lane == 0) {  // channel 0's stream, read by thread (0, 0), which set up the writer
+            writer.colours = plane.colours;
+            writer.palette = stream_starts[stream] + PALETTE_HEADER_BYTES;
         }
     }
 
@@ -331,6 +341,18 @@ L3_DEVICE void decode_compact_tile(const unsigned char* __restrict__ data, long 
         __syncthreads();
         // after steps [0, s1) row r has columns [0, s1 - r): all h rows have [0, s1 - h + 1)
         const int done = s1 == steps ? w : max_of(written, s1 - h + 1);
+        if (writer.colours != 0) {  // block-uniform: a palette tile's indices, columns [written, done), become colours
+            const int columns = done - written;
+#pragma unroll 1
+            for (int i = channel * 32 + lane; i < h * columns; i += 32 * blockDim.y) {
+                T* sample = stage + (i / columns) * ring + ((written + i % columns) & (ring - 1));
+                const unsigned index = sample[0];
+#pragma unroll 1
+                for (int c = channels - 1; c >= 0; --c)
+                    sample[c * COMPACT_TILE_HEIGHT * ring] = (T)palette_colour<T>(writer, data, data_size, index, c);
+            }
+            __syncthreads();
+        }
         const T* staged = stage;
         write_tile_sectors<T, BITS>(writer, 0, h, written, done, channel, blockDim.y, lane,
                                     [&](int c, int r, int col) -> unsigned {

@@ -368,12 +368,23 @@ L3_DEVICE void decode_fast_tile(const unsigned char* __restrict__ data, long lon
     FastShared& sh = *reinterpret_cast<FastShared*>(smem);
     T* stage = reinterpret_cast<T*>(smem + FAST_FIXED_BYTES);  // [channel][ring][tile_width]
 
+    int colours = PLANE_OWN;  // thread 0: channel 0's palette colours and where its stream starts
+    long long palette_stream = 0;
     if (tid < channels) {  // stream headers, one thread per channel
         const long long stream = item.stream_base + (task.tile_y * item.tiles_x + task.tile_x) * channels + tid;
-        const long long start = stream_starts[stream], end = stream_ends[stream];
+        const long long end = stream_ends[stream];
+        const PlaneStream plane = open_stream(data, size, stream_starts[stream], end, tid, stream_starts[stream - tid],
+                                              channels, (int)sizeof(T));
+        const long long start = plane.start;
         const int kind = (int)load_byte(data, size, start);
         int code = STATUS_OK, source = SOURCE_ZERO;
-        if (kind > KIND_RAW) {
+        colours = plane.colours;
+        palette_stream = stream_starts[stream];
+        if (plane.status != STATUS_OK) {
+            code = plane.status;
+        } else if (colours == PLANE_MEMBER) {
+            // channel 0 stages the tile's indices; this channel stages zeros the writer never reads
+        } else if (kind > KIND_RAW) {
             code = STATUS_BAD_KIND;
         } else if (kind == KIND_CONSTANT) {
             if (end - start != 1 + (long long)sizeof(T)) code = STATUS_BAD_SIZE; else source = SOURCE_CONSTANT;
@@ -390,6 +401,10 @@ L3_DEVICE void decode_fast_tile(const unsigned char* __restrict__ data, long lon
     }
     if (tid == 0) {
         init_tile_writer(sh.writer, item, out, tile_y0, tile_x0, h, w, sizeof(T));
+        if (colours > 0) {
+            sh.writer.colours = colours;
+            sh.writer.palette = palette_stream + PALETTE_HEADER_BYTES;
+        }
         sh.size = size;
     }
     __syncthreads();
@@ -419,6 +434,16 @@ L3_DEVICE void decode_fast_tile(const unsigned char* __restrict__ data, long lon
                 T* plane = stage + channel * ring * tile_width;
                 for (int col = tid; col < w; col += FAST_THREADS) plane[col] = plane[(r1 - r0) * tile_width + col];
             }
+        }
+        if (sh.writer.colours != 0) {  // block-uniform: a palette tile's indices become colours, but for the
+            __syncthreads();           // copy in ring row 0, which the next band predicts from
+            for (int i = tid; i < (r1 - r0) * w; i += FAST_THREADS) {
+                T* sample = stage + (1 + i / w) * tile_width + i % w;
+                const unsigned index = sample[0];
+                for (int c = channels - 1; c >= 0; --c)
+                    sample[c * ring * tile_width] = (T)palette_colour<T>(sh.writer, data, size, index, c);
+            }
+            __syncthreads();
         }
         const T* staged = stage;
         const int first_row = 1 - r0;  // the ring row of tile row r, less r

@@ -48,7 +48,15 @@ namespace l3 {
 // ------------------------------------------------------------------ format constants
 
 // (enumerators, not constexpr variables: NVRTC would emit those as device globals)
-enum : int { KIND_CONSTANT = 0, KIND_CODED = 1, KIND_RAW = 2 };  // format.KIND_*
+enum : int {  // format.KIND_*
+    KIND_CONSTANT = 0,
+    KIND_CODED = 1,
+    KIND_RAW = 2,
+    KIND_PALETTE = 3,
+    KIND_PALETTE_MEMBER = 4,
+};
+enum : int { PALETTE_HEADER_BYTES = 2 };  // format.PALETTE_HEADER_BYTES: kind, colours - 1
+enum : int { PLANE_OWN = 0, PLANE_MEMBER = -1 };  // streams.PLANE_*
 
 enum : int {  // format.STATUS_*
     STATUS_OK = 0,
@@ -86,7 +94,7 @@ enum : int {
 // The host computes the same numbers in kernels/cuda_c.py (shared_memory_bytes); the
 // emulation build exports these functions so the tests compare both.
 
-// compact: a TileWriter (48 bytes, in a 64-byte slot), per channel the adaptive sums and
+// compact: a TileWriter (56 bytes, in a 64-byte slot), per channel the adaptive sums and
 // counts of the 32 row decoders ([2][CONTEXTS][32] int) and their row ends ([32] int64),
 // then per channel a ring of decoded columns ([32][ring] samples).
 enum : int {
@@ -301,9 +309,11 @@ struct TileWriter {
     int col_lo, col_hi;  // tile columns inside the region
     int channels;
     int transform;       // the inverse colour transform (TRANSFORM_*; 0 for fewer than 3 channels)
-    int pad[2];
+    int colours;         // a palette tile's colour count (staged channel 0 holds indices); 0: none
+    int pad;
+    long long palette;   // a palette tile's colour table: byte offset in the data
 };
-static_assert(sizeof(TileWriter) == 48, "TileWriter layout");
+static_assert(sizeof(TileWriter) == 56, "TileWriter layout");
 static_assert(sizeof(TileWriter) <= COMPACT_HEADER_SHARED_BYTES, "TileWriter must fit its slot");
 
 L3_DEVICE void init_tile_writer(TileWriter& writer, const L3Item& item, unsigned char* out, long long tile_y0,
@@ -319,6 +329,44 @@ L3_DEVICE void init_tile_writer(TileWriter& writer, const L3Item& item, unsigned
     writer.col_hi = (int)(col_hi - tile_x0);
     writer.channels = (int)item.channels;
     writer.transform = item.channels >= 3 ? (int)item.transform : 0;
+    writer.colours = 0;
+    writer.palette = 0;
+}
+
+// streams.open_stream: where a tile-channel's plane stream begins. colours is PLANE_OWN for kinds 0-2,
+// a palette's colour count (its table at start + PALETTE_HEADER_BYTES, its index plane's stream at
+// `start` after it), or PLANE_MEMBER for a palette member (nothing of its own to decode).
+struct PlaneStream {
+    long long start;
+    int status;
+    int colours;
+};
+
+L3_DEVICE PlaneStream open_stream(const unsigned char* __restrict__ data, long long size, long long start,
+                                  long long end, int channel, long long tile_start, int channels, int sample_bytes) {
+    const int kind = (int)load_byte(data, size, start);
+    const bool in_palette_tile = channel != 0 && (int)load_byte(data, size, tile_start) == KIND_PALETTE;
+    if (kind == KIND_PALETTE_MEMBER) {
+        if (!in_palette_tile) return {start, STATUS_BAD_KIND, PLANE_MEMBER};
+        return {start, end - start == 1 ? (int)STATUS_OK : (int)STATUS_BAD_SIZE, PLANE_MEMBER};
+    }
+    if (in_palette_tile) return {start, STATUS_BAD_KIND, PLANE_OWN};  // a palette tile's channels 1.. are members
+    if (kind != KIND_PALETTE) return {start, STATUS_OK, PLANE_OWN};
+    if (channel != 0) return {start, STATUS_BAD_KIND, PLANE_OWN};
+    if (end - start < PALETTE_HEADER_BYTES) return {start, STATUS_BAD_SIZE, PLANE_OWN};
+    const int colours = (int)load_byte(data, size, start + 1) + 1;
+    const long long plane_start = start + PALETTE_HEADER_BYTES + (long long)colours * channels * sample_bytes;
+    if (plane_start >= end) return {start, STATUS_BAD_SIZE, PLANE_OWN};
+    return {plane_start, STATUS_OK, colours};
+}
+
+// Channel `channel` of a palette tile's colour `index` (streams.palette_sample: an index past the last
+// colour selects the last).
+template <typename T>
+L3_DEVICE unsigned palette_colour(const TileWriter& writer, const unsigned char* __restrict__ data, long long size,
+                                  unsigned index, int channel) {
+    const long long colour = min_of((int)index, writer.colours - 1);
+    return load_sample<T>(data, size, writer.palette + (colour * writer.channels + channel) * (long long)sizeof(T));
 }
 
 // The sample the output holds at (channel, tile row, tile column): fetch's staged sample after the

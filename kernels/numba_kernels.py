@@ -48,6 +48,8 @@ row_state_init = _dev.row_state_init
 decode_sample = _dev.decode_sample
 uncoded_stream_status = _dev.uncoded_stream_status
 uncoded_sample = _dev.uncoded_sample
+open_stream = _dev.open_stream
+palette_sample = _dev.palette_sample
 compact_stream_layout = _dev.compact_stream_layout
 compact_row_length = _dev.compact_row_length
 code_bits = _dev.code_bits
@@ -90,6 +92,7 @@ I_OUT_OFFSET, I_OUT_PITCH = _ITEM["out_offset"], _ITEM["out_row_pitch"]
 T_ITEM, T_TILE_Y, T_TILE_X = 0, 1, 2
 
 KIND_CODED = fmt.KIND_CODED
+PLANE_MEMBER = streams.PLANE_MEMBER
 STATUS_OK = fmt.STATUS_OK
 STATUS_BAD_SIZE = fmt.STATUS_BAD_SIZE
 STATUS_BAD_HEADER = fmt.STATUS_BAD_HEADER
@@ -139,11 +142,22 @@ def staged(channel, row, col, ring):
 
 
 @cuda.jit(device=True, inline="always")
-def write_tile(stage, ring, items, item, origin, rows, columns, out, lanes):
+def tile_sample(stage, ring, channel, row, col, palette, channels, sample_bytes):
+    """A staged plane sample, or for a palette tile (palette = (data, palette stream start, colours),
+    colours > 0) channel `channel` of the colour whose index channel 0 staged."""
+    data, palette_start, colours = palette
+    if colours > 0:
+        index = np.int64(stage[staged(0, row, col, ring)])
+        return palette_sample(data, palette_start, colours, index, channel, channels, sample_bytes)
+    return np.int64(stage[staged(channel, row, col, ring)])
+
+
+@cuda.jit(device=True, inline="always")
+def write_tile(stage, ring, items, item, origin, rows, columns, out, lanes, palette):
     """Write tile-local rows [rows[0], rows[1]) x columns [columns[0], columns[1]) of the tile at
     image pixel origin (y0, x0), clipped to the item's region, from the ring to out (HWC), undoing
-    the colour transform. lanes = (this thread's index, threads): consecutive threads write
-    consecutive pixels."""
+    the colour transform (and a palette: tile_sample). lanes = (this thread's index, threads):
+    consecutive threads write consecutive pixels."""
     y0, x0 = origin
     thread, threads = lanes
     channels = items[item, I_CHANNELS]
@@ -161,12 +175,12 @@ def write_tile(stage, ring, items, item, origin, rows, columns, out, lanes):
     for index in range(thread, (bottom - top) * width, threads):
         y = top + index // width
         x = left + index % width
-        c0 = np.int64(stage[staged(0, y - y0, x - x0, ring)])
+        c0 = tile_sample(stage, ring, 0, y - y0, x - x0, palette, channels, sample_bytes)
         c1 = c0
         c2 = c0
         if channels >= 3:
-            c1 = np.int64(stage[staged(1, y - y0, x - x0, ring)])
-            c2 = np.int64(stage[staged(2, y - y0, x - x0, ring)])
+            c1 = tile_sample(stage, ring, 1, y - y0, x - x0, palette, channels, sample_bytes)
+            c2 = tile_sample(stage, ring, 2, y - y0, x - x0, palette, channels, sample_bytes)
             transform = items[item, I_TRANSFORM]
             if transform != TRANSFORM_NONE:
                 c0, c1, c2 = inverse_colour(transform, c0, c1, c2, bits)
@@ -179,7 +193,7 @@ def write_tile(stage, ring, items, item, origin, rows, columns, out, lanes):
             elif channel == 2:
                 value = c2
             else:
-                value = np.int64(stage[staged(channel, y - y0, x - x0, ring)])
+                value = tile_sample(stage, ring, channel, y - y0, x - x0, palette, channels, sample_bytes)
             out[pos] = value & 255
             if sample_bytes == 2:
                 out[pos + 1] = (value >> 8) & 255
@@ -241,6 +255,7 @@ def decode_compact(data, stream_starts, stream_ends, items, tasks, out, status):
     # per row, its status; per channel, the end-of-stream check: lane 0 reports the first failure
     row_codes = cuda.shared.array((MAX_CHANNELS, WARP), dtype=np.int32)
     end_codes = cuda.shared.array(MAX_CHANNELS, dtype=np.int32)
+    palette_info = cuda.shared.array(2, dtype=np.int64)  # channel 0's palette: stream start, colours (0: none)
     lane = cuda.threadIdx.x
     channel = cuda.threadIdx.y
     task = cuda.blockIdx.x
@@ -258,16 +273,26 @@ def decode_compact(data, stream_starts, stream_ends, items, tasks, out, status):
     row_start = np.int64(0)
     row_end = np.int64(0)
     end_code = STATUS_OK  # checked once every row has passed
+    if channel == 0 and lane == 0:
+        palette_info[1] = 0
+    cuda.syncthreads()
     if active:
         stream = stream_id(items, tasks, task, item, channel)
-        start = stream_starts[stream]
         end = stream_ends[stream]
+        code, start, colours = open_stream(data, stream_starts[stream], end, channel, stream_starts[stream - channel],
+                                           channels, bits // 8)
+        if code == STATUS_OK and colours > 0 and lane == 0:
+            palette_info[0] = stream_starts[stream]
+            palette_info[1] = colours
         kind = data[start]
-        code = uncoded_stream_status(kind, end - start, bits // 8, h * w)
-        if code == STATUS_OK and kind != KIND_CODED:
+        if code == STATUS_OK and colours != PLANE_MEMBER:
+            code = uncoded_stream_status(kind, end - start, bits // 8, h * w)
+        if code != STATUS_OK or colours == PLANE_MEMBER:
+            pass  # a failed stream, or a palette member: nothing of its own to stage
+        elif kind != KIND_CODED:
             raw_start = start
             raw_kind = kind
-        elif code == STATUS_OK:
+        else:
             code, run_index, k_nibbles, length_bits, table_pos, row_start = compact_stream_layout(
                 data, start, end, h
             )
@@ -320,7 +345,7 @@ def decode_compact(data, stream_starts, stream_ends, items, tasks, out, status):
         # after steps [0, s1) row r has columns [0, s1 - r): all h rows have [0, s1 - h + 1)
         done = w if s1 == steps else max(written, s1 - h + 1)
         write_tile(stage, ring, items, item, (y0, x0), (0, h), (written, done), out,
-                   (channel * WARP + lane, cuda.blockDim.y * WARP))
+                   (channel * WARP + lane, cuda.blockDim.y * WARP), (data, palette_info[0], palette_info[1]))
         written = done
         cuda.syncthreads()
 
@@ -435,6 +460,7 @@ def decode_fast(data, stream_starts, stream_ends, items, tasks, ring_rows, out, 
     # per channel, the same in every thread: status, bit position of the next row
     codes = cuda.local.array(MAX_CHANNELS, dtype=np.int64)
     data_pos = cuda.local.array(MAX_CHANNELS, dtype=np.int64)
+    plane_starts = cuda.local.array(MAX_CHANNELS, dtype=np.int64)  # -1 for a palette member
     thread = cuda.threadIdx.x
     threads = cuda.blockDim.x
     task = cuda.blockIdx.x
@@ -445,10 +471,18 @@ def decode_fast(data, stream_starts, stream_ends, items, tasks, ring_rows, out, 
     tiles_y = (items[item, I_HEIGHT] + items[item, I_TILE_HEIGHT] - 1) // items[item, I_TILE_HEIGHT]
     buf = data[:stream_ends[items[item, I_STREAM_BASE] + tiles_y * items[item, I_TILES_X] * channels - 1]]
 
+    palette = (buf, np.int64(0), np.int64(0))
     for channel in range(channels):
         stream = stream_id(items, tasks, task, item, channel)
-        start = stream_starts[stream]
-        codes[channel] = uncoded_stream_status(buf[start], stream_ends[stream] - start, bits // 8, h * w)
+        end = stream_ends[stream]
+        code, start, colours = open_stream(buf, stream_starts[stream], end, channel, stream_starts[stream - channel],
+                                           channels, bits // 8)
+        if code == STATUS_OK and colours > 0:
+            palette = (buf, stream_starts[stream], colours)
+        if code == STATUS_OK and colours != PLANE_MEMBER:
+            code = uncoded_stream_status(buf[start], end - start, bits // 8, h * w)
+        codes[channel] = code
+        plane_starts[channel] = -1 if colours == PLANE_MEMBER else start
         data_pos[channel] = (start + 1) * 8  # a coded stream's rows start after its kind byte
 
     # bands of ring_rows - 1 rows; the ring's spare row keeps the row above the band
@@ -458,10 +492,10 @@ def decode_fast(data, stream_starts, stream_ends, items, tasks, ring_rows, out, 
         b1 = min(b0 + band, h)
         for channel in range(channels):
             stream = stream_id(items, tasks, task, item, channel)
-            start = stream_starts[stream]
+            start = plane_starts[channel]
+            if codes[channel] != STATUS_OK or start < 0:
+                continue  # block-uniform: every thread holds the same codes; a member has no plane of its own
             kind = buf[start]
-            if codes[channel] != STATUS_OK:
-                continue  # block-uniform: every thread holds the same codes
             if kind != KIND_CODED:
                 for index in range(thread, (b1 - b0) * w, threads):
                     row = b0 + index // w
@@ -518,13 +552,13 @@ def decode_fast(data, stream_starts, stream_ends, items, tasks, ring_rows, out, 
                     codes[channel] = row_status if row_status != STATUS_OK else STATUS_CORRUPT
                     break
         cuda.syncthreads()
-        write_tile(stage, ring, items, item, (y0, x0), (b0, b1), (0, w), out, (thread, threads))
+        write_tile(stage, ring, items, item, (y0, x0), (b0, b1), (0, w), out, (thread, threads), palette)
         cuda.syncthreads()
 
     for channel in range(channels):
         code = codes[channel]
         stream = stream_id(items, tasks, task, item, channel)
-        if code == STATUS_OK and buf[stream_starts[stream]] == KIND_CODED:
+        if code == STATUS_OK and plane_starts[channel] >= 0 and buf[plane_starts[channel]] == KIND_CODED:
             if (data_pos[channel] + 7) // 8 != stream_ends[stream]:
                 code = STATUS_BAD_SIZE  # the stream ends in the byte holding its last bit
         if thread == 0:

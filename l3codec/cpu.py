@@ -25,7 +25,7 @@ from numba.core.registry import CPUDispatcher
 from numba.cpython.unsafe.numbers import trailing_zeros as _count_trailing_zeros
 from numba.extending import intrinsic
 
-from . import bitio, colour, compact, fast, first_use, streams
+from . import bitio, colour, compact, fast, first_use, palette, streams
 from . import format as fmt
 from .jit import cached_njit, compile_device_functions
 
@@ -108,13 +108,24 @@ def _compile_once_per_type(func):
     return _compile(func, _UnliteralDispatcher)
 
 
-_MODULES = [bitio, colour, streams, compact, fast]
+_MODULES = [bitio, colour, streams, compact, fast, palette]
 _REPLACED = None if numba.config.DISABLE_JIT else _REPLACEMENTS
 _dev = compile_device_functions(_MODULES, _compile, replacements=_REPLACED)
 _encoders = compile_device_functions(_MODULES, _compile_once_per_type, replacements=_REPLACED)
 forward_colour = _dev.forward_colour
 inverse_colour = _dev.inverse_colour
 decode_uncoded = _dev.decode_uncoded
+open_stream = _dev.open_stream
+palette_sample = _dev.palette_sample
+tile_palette = _dev.tile_palette
+palette_indices = _dev.palette_indices
+write_palette_table = _dev.write_palette_table
+write_palette_member = _dev.write_palette_member
+palette_allowed = _dev.palette_allowed
+palette_table_bytes = _dev.palette_table_bytes
+palette_may_pay = _dev.palette_may_pay
+_HASH_SLOTS = palette.HASH_SLOTS
+_PLANE_MEMBER = streams.PLANE_MEMBER
 encode_compact_stream = _encoders.encode_compact_stream
 decode_compact_stream = _dev.decode_compact_stream
 encode_fast_stream = _encoders.encode_fast_stream
@@ -127,7 +138,7 @@ _cached = cached_njit([sys.modules[__name__]], on_miss=first_use.coordinator.cac
 
 def cache_path():
     """The folder of the drivers' on-disk cache (None when nothing compiles: NUMBA_DISABLE_JIT)."""
-    return None if numba.config.DISABLE_JIT else _encode_compact_streams._cache.cache_path
+    return None if numba.config.DISABLE_JIT else _encode_compact_tiles._cache.cache_path
 
 
 def _in_parallel(driver, count, *args):
@@ -165,8 +176,10 @@ def _pool() -> concurrent.futures.ThreadPoolExecutor:
 
 
 def stream_slot_bytes(tile_width, tile_height, bits):
-    """Scratch bytes one stream may use while encoding: the raw fallback plus the largest prefix."""
-    return compact.MAX_PREFIX_BYTES + 1 + (bits // 8) * tile_width * tile_height + 8
+    """Scratch bytes one stream may use while encoding: the raw fallback plus the largest prefix,
+    after room for a palette's table (a palette stream holds its index plane's stream)."""
+    palette_bytes = fmt.PALETTE_HEADER_BYTES + fmt.PALETTE_MAX_COLOURS * 4 * (bits // 8)
+    return palette_bytes + compact.MAX_PREFIX_BYTES + 1 + (bits // 8) * tile_width * tile_height + 8
 
 
 # ---------------------------------------------------------------- colour and layout
@@ -248,28 +261,143 @@ def _stream_tile(planes, stream, grid):
     return planes[stream % channels, y0:min(y0 + tile_height, height), x0:min(x0 + tile_width, width)]
 
 
+@numba.njit
+def _tile_pixels(planes, tile, grid):
+    """The (channels, h, w) view of planes that holds a tile (an encoder's grid: origin 0, 0)."""
+    tiles_x, tile_width, tile_height = grid[0], grid[1], grid[2]
+    y0 = (tile // tiles_x) * tile_height
+    x0 = (tile % tiles_x) * tile_width
+    return planes[:, y0:min(y0 + tile_height, planes.shape[1]), x0:min(x0 + tile_width, planes.shape[2])]
+
+
+@numba.njit
+def _palette_scratch(planes, grid, slot_bytes):
+    """A driver's palette work space: sorted keys, the hash table's keys, use and indices, a tile of
+    indices, a candidate palette stream."""
+    slots = _HASH_SLOTS
+    return (np.empty(fmt.PALETTE_MAX_COLOURS, np.int64), np.empty(slots, np.int64), np.empty(slots, np.bool_),
+            np.empty(slots, np.int64), np.empty((grid[2], grid[1]), planes.dtype), np.empty(slot_bytes, np.uint8))
+
+
+@numba.njit
+def _palette_count(pixels, bits, sizes, first_stream, scratch):
+    """The tile's colour count when its palette stream may be smaller than its plain streams (in
+    sizes from first_stream), else 0."""
+    keys, table_keys, table_used = scratch[0], scratch[1], scratch[2]
+    channels = pixels.shape[0]
+    if not palette_allowed(channels, bits):
+        return 0
+    count = tile_palette(pixels, keys, table_keys, table_used)
+    # at least the table, the index stream's kind byte and a byte per member
+    if (not palette_may_pay(keys, count, channels)
+            or palette_table_bytes(count, channels, bits) + channels >= _plain_size(sizes, first_stream, channels)):
+        return 0
+    return count
+
+
+@numba.njit
+def _plain_size(sizes, first_stream, channels):
+    total = 0
+    for channel in range(channels):
+        total += sizes[first_stream + channel]
+    return total
+
+
+@numba.njit
+def _index_plane(pixels, count, scratch):
+    """The tile's indices into its palette (tile_palette's, in scratch), as a 2-D view."""
+    index_plane = scratch[4][:pixels.shape[1], :pixels.shape[2]]
+    palette_indices(pixels, scratch[0], count, scratch[1], scratch[2], scratch[3], index_plane)
+    return index_plane
+
+
+@numba.njit
+def _keep_smaller(pixels, bits, count, scratch, index_size, out, first_stream, slot_bytes, sizes):
+    """Replace a tile's plain streams (in out's slots from first_stream) by its palette stream (the
+    candidate in scratch, whose index stream of index_size bytes follows the table's room) and members
+    when they are smaller together."""
+    channels = pixels.shape[0]
+    table_bytes = palette_table_bytes(count, channels, bits)
+    size = table_bytes + index_size
+    if size + channels - 1 >= _plain_size(sizes, first_stream, channels):
+        return
+    candidate = scratch[5]
+    write_palette_table(scratch[0], count, channels, bits, candidate, 0)
+    start = first_stream * slot_bytes
+    out[start:start + size] = candidate[:size]
+    sizes[first_stream] = size
+    for channel in range(1, channels):
+        sizes[first_stream + channel] = write_palette_member(out, (first_stream + channel) * slot_bytes)
+
+
+# Per tile: each channel's plain stream, then, where the tile has few colours, a palette stream
+# coding one plane of indices with the same coder (its stream after room for the table); the
+# smaller wins.
 @_cached
-def _encode_compact_streams(planes, grid, bits, out, slot_bytes, sizes, first, stop):
-    for stream in range(first, stop):
-        tile = _stream_tile(planes, stream, grid)
-        sizes[stream] = encode_compact_stream(tile, bits, out, stream * slot_bytes)
+def _encode_compact_tiles(planes, grid, bits, out, slot_bytes, sizes, first, stop):
+    channels = planes.shape[0]
+    scratch = _palette_scratch(planes, grid, slot_bytes)
+    for tile in range(first, stop):
+        pixels = _tile_pixels(planes, tile, grid)
+        for channel in range(channels):
+            stream = tile * channels + channel
+            sizes[stream] = encode_compact_stream(pixels[channel], bits, out, stream * slot_bytes)
+        count = _palette_count(pixels, bits, sizes, tile * channels, scratch)
+        if count > 0:
+            index_size = encode_compact_stream(_index_plane(pixels, count, scratch), bits, scratch[5],
+                                               palette_table_bytes(count, channels, bits))
+            _keep_smaller(pixels, bits, count, scratch, index_size, out, tile * channels, slot_bytes, sizes)
 
 
 @_cached
-def _encode_fast_streams(planes, grid, bits, out, slot_bytes, sizes, first, stop):
-    for stream in range(first, stop):
-        tile = _stream_tile(planes, stream, grid)
-        sizes[stream] = encode_fast_stream(tile, bits, out, stream * slot_bytes)
+def _encode_fast_tiles(planes, grid, bits, out, slot_bytes, sizes, first, stop):
+    channels = planes.shape[0]
+    scratch = _palette_scratch(planes, grid, slot_bytes)
+    for tile in range(first, stop):
+        pixels = _tile_pixels(planes, tile, grid)
+        for channel in range(channels):
+            stream = tile * channels + channel
+            sizes[stream] = encode_fast_stream(pixels[channel], bits, out, stream * slot_bytes)
+        count = _palette_count(pixels, bits, sizes, tile * channels, scratch)
+        if count > 0:
+            index_size = encode_fast_stream(_index_plane(pixels, count, scratch), bits, scratch[5],
+                                            palette_table_bytes(count, channels, bits))
+            _keep_smaller(pixels, bits, count, scratch, index_size, out, tile * channels, slot_bytes, sizes)
+
+
+@numba.njit
+def _open_plane(buf, starts, ends, stream, channels, bits):
+    """open_stream for stream (of channels per tile): (status, plane stream start, colours)."""
+    channel = stream % channels
+    return open_stream(buf, starts[stream], ends[stream], channel, starts[stream - channel], channels, bits // 8)
+
+
+@numba.njit
+def _expand_palette(buf, start, colours, planes, stream, grid, bits):
+    """Replace the index plane decoded into stream's tile-channel 0, in every channel's plane, by
+    its colours."""
+    channels = planes.shape[0]
+    indices = _stream_tile(planes, stream, grid)
+    for channel in range(channels - 1, -1, -1):  # channel 0, which holds the indices, last
+        plane = _stream_tile(planes, stream + channel, grid)
+        for row in range(plane.shape[0]):
+            for col in range(plane.shape[1]):
+                plane[row, col] = palette_sample(buf, start, colours, np.int64(indices[row, col]), channel, channels,
+                                                 bits // 8)
 
 
 @_cached
 def _decode_compact_streams(buf, starts, ends, stream_ids, planes, grid, bits, status, first, stop):
     for i in range(first, stop):
         stream = stream_ids[i]
-        tile = _stream_tile(planes, stream, grid)
-        code, coded = decode_uncoded(buf, starts[stream], ends[stream], tile, bits)
-        if coded:
-            code = decode_compact_stream(buf, starts[stream], ends[stream], tile, bits)
+        code, start, colours = _open_plane(buf, starts, ends, stream, planes.shape[0], bits)
+        if code == fmt.STATUS_OK and colours != _PLANE_MEMBER:
+            tile = _stream_tile(planes, stream, grid)
+            code, coded = decode_uncoded(buf, start, ends[stream], tile, bits)
+            if coded:
+                code = decode_compact_stream(buf, start, ends[stream], tile, bits)
+            if code == fmt.STATUS_OK and colours > 0:
+                _expand_palette(buf, starts[stream], colours, planes, stream, grid, bits)
         status[i] = code
 
 
@@ -277,10 +405,14 @@ def _decode_compact_streams(buf, starts, ends, stream_ids, planes, grid, bits, s
 def _decode_fast_streams(buf, starts, ends, stream_ids, planes, grid, bits, status, first, stop):
     for i in range(first, stop):
         stream = stream_ids[i]
-        tile = _stream_tile(planes, stream, grid)
-        code, coded = decode_uncoded(buf, starts[stream], ends[stream], tile, bits)
-        if coded:
-            code = decode_fast_stream(buf, starts[stream], ends[stream], tile, bits)
+        code, start, colours = _open_plane(buf, starts, ends, stream, planes.shape[0], bits)
+        if code == fmt.STATUS_OK and colours != _PLANE_MEMBER:
+            tile = _stream_tile(planes, stream, grid)
+            code, coded = decode_uncoded(buf, start, ends[stream], tile, bits)
+            if coded:
+                code = decode_fast_stream(buf, start, ends[stream], tile, bits)
+            if code == fmt.STATUS_OK and colours > 0:
+                _expand_palette(buf, starts[stream], colours, planes, stream, grid, bits)
         status[i] = code
 
 
@@ -290,15 +422,16 @@ class _StreamDrivers(typing.NamedTuple):
 
 
 _STREAM_DRIVERS = {
-    fmt.MODE_COMPACT: _StreamDrivers(_encode_compact_streams, _decode_compact_streams),
-    fmt.MODE_FAST: _StreamDrivers(_encode_fast_streams, _decode_fast_streams),
+    fmt.MODE_COMPACT: _StreamDrivers(_encode_compact_tiles, _decode_compact_streams),
+    fmt.MODE_FAST: _StreamDrivers(_encode_fast_tiles, _decode_fast_streams),
 }
 
 
 def encode_streams(planes, mode, tile_width, tile_height, bits, out, slot_bytes, sizes):
     """Encode every tile-channel of CHW planes into out, stream i at i * slot_bytes; sizes[i] = its size."""
     grid = ((planes.shape[2] + tile_width - 1) // tile_width, tile_width, tile_height, 0, 0)
-    _in_parallel(_STREAM_DRIVERS[mode].encode, sizes.shape[0], planes, grid, bits, out, slot_bytes, sizes)
+    tiles = sizes.shape[0] // planes.shape[0]
+    _in_parallel(_STREAM_DRIVERS[mode].encode, tiles, planes, grid, bits, out, slot_bytes, sizes)
 
 
 def gather_streams(out, slot_bytes, sizes, payload):

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 import numpy as np
 
 MAGIC = b"L3IM"
-VERSION = 3
-# Every version-2 file is a valid version-3 file (version 3 only gave fast mode's group code 0
-# its sparse meaning). Version 1 differs in its fast-mode stream (and had no transform 2): its
+VERSION = 4
+# Every version-2 and version-3 file is a valid version-4 file (version 3 gave fast mode's group
+# code 0 its sparse meaning, version 4 added the palette stream kinds). Version 1 differs in its fast-mode stream (and had no transform 2): its
 # compact files still decode, its fast files are refused with this reason.
 FAST_V1_REFUSED = ("fast-mode files of L3 format version 1 are no longer decodable; "
                    "re-encode them from the source")
@@ -38,6 +38,10 @@ TRANSFORMS = {name: value for value, name in TRANSFORM_NAMES.items()}
 KIND_CONSTANT = 0
 KIND_CODED = 1
 KIND_RAW = 2
+KIND_PALETTE = 3  # a tile's channel-0 stream: a colour table, then the tile's index plane (version 4)
+KIND_PALETTE_MEMBER = 4  # channels 1.. of a palette tile: one byte, the pixels come from channel 0
+PALETTE_MAX_COLOURS = 256  # the count byte holds colours - 1
+PALETTE_HEADER_BYTES = 2  # kind, colours - 1
 
 COMPACT_TILE_HEIGHT = 32  # one warp lane per row
 TILE_WIDTH_STEP = 16  # tile widths are multiples of 16 (version 1's fast-mode group size)
@@ -224,8 +228,8 @@ def parse_header(data) -> tuple:
         raise L3Error(f"truncated: {buf.size} bytes is shorter than the {HEADER_SIZE}-byte header")
     header = buf[:HEADER_SIZE].view(HEADER_DTYPE)[0]
     version = int(header["version"])
-    if version not in (1, 2, VERSION):
-        raise L3Error(f"unsupported L3 version {version} (this decoder reads 1 (compact only), 2 and {VERSION})")
+    if version not in (1, 2, 3, VERSION):
+        raise L3Error(f"unsupported L3 version {version} (this decoder reads 1 (compact only), 2, 3 and {VERSION})")
     if header["header_size"] != HEADER_SIZE:
         raise L3Error(f"header size {header['header_size']} != {HEADER_SIZE}")
     width, height = int(header["width"]), int(header["height"])
@@ -321,7 +325,7 @@ STATUS_BAD_SIZE = 2
 STATUS_BAD_HEADER = 3
 STATUS_CORRUPT = 4
 STATUS_MESSAGES = {
-    STATUS_BAD_KIND: "unknown stream kind",
+    STATUS_BAD_KIND: "unknown stream kind, or a palette kind out of place",
     STATUS_BAD_SIZE: "stream size does not match its contents",
     STATUS_BAD_HEADER: "stream header out of range",
     STATUS_CORRUPT: "bitstream does not decode to its recorded lengths or to valid samples",

@@ -1,4 +1,4 @@
-"""Stream-level layout shared by every decoder: kinds, sizes, sample bytes.
+"""Stream-level layout shared by every decoder: kinds, sizes, sample bytes, palettes.
 
 A stream is one tile-channel. These device functions check a stream's kind and
 size and locate its parts; the CPU drivers and both GPU flavours call them, so
@@ -7,8 +7,50 @@ every decoder accepts and rejects exactly the same streams.
 
 import numpy as np
 
-from .format import KIND_CODED, KIND_CONSTANT, KIND_RAW, STATUS_BAD_KIND, STATUS_BAD_SIZE, STATUS_OK
+from .format import (KIND_CODED, KIND_CONSTANT, KIND_PALETTE, KIND_PALETTE_MEMBER, KIND_RAW, PALETTE_HEADER_BYTES,
+                     STATUS_BAD_KIND, STATUS_BAD_SIZE, STATUS_OK)
 from .jit import device
+
+PLANE_OWN = 0  # open_stream's colours for a stream that codes its own plane (kinds 0-2)
+PLANE_MEMBER = -1  # ... for a palette member: the tile's channel-0 stream writes its plane
+
+
+@device
+def open_stream(buf, start, end, channel, tile_start, channels, bytes_per_sample):
+    """Where a tile-channel's plane stream begins: (status, plane start, colours). tile_start is the
+    start of the tile's channel-0 stream. colours is PLANE_OWN for kinds 0-2 (the plane stream is the
+    stream); for a palette stream (kind 3, channel 0 only) the palette's colour count, its table at
+    start + PALETTE_HEADER_BYTES and its index plane's stream after the table; PLANE_MEMBER for a
+    palette member (kind 4: channels 1.. of a palette tile, one byte, nothing of its own to decode)."""
+    kind = buf[start]
+    in_palette_tile = channel != 0 and buf[tile_start] == KIND_PALETTE
+    if kind == KIND_PALETTE_MEMBER:
+        if not in_palette_tile:
+            return STATUS_BAD_KIND, start, PLANE_MEMBER
+        return (STATUS_OK if end - start == 1 else STATUS_BAD_SIZE), start, PLANE_MEMBER
+    if in_palette_tile:  # a palette tile's other channels are members, nothing else
+        return STATUS_BAD_KIND, start, PLANE_OWN
+    if kind != KIND_PALETTE:
+        return STATUS_OK, start, PLANE_OWN  # kinds 0-2, or a bad kind that uncoded_stream_status reports
+    if channel != 0:
+        return STATUS_BAD_KIND, start, PLANE_OWN
+    if end - start < PALETTE_HEADER_BYTES:
+        return STATUS_BAD_SIZE, start, PLANE_OWN
+    colours = np.int64(buf[start + 1]) + 1
+    plane_start = start + PALETTE_HEADER_BYTES + colours * channels * bytes_per_sample
+    if plane_start >= end:  # the index plane's stream needs at least its kind byte
+        return STATUS_BAD_SIZE, start, PLANE_OWN
+    return STATUS_OK, plane_start, colours
+
+
+@device
+def palette_sample(buf, start, colours, index, channel, channels, bytes_per_sample):
+    """Channel `channel` of colour `index` of the palette stream at start, which holds `colours`
+    colours. An index past the last colour selects the last (the encoder never writes one): every
+    index plane decodes to colours, with nothing to check sample by sample."""
+    colour = min(index, colours - 1)
+    return read_sample(buf, start + PALETTE_HEADER_BYTES + (colour * channels + channel) * bytes_per_sample,
+                       bytes_per_sample)
 
 
 @device

@@ -89,11 +89,26 @@ def pack_bits(bits) -> bytes:
     return bytes(sum(bits[i * 8 + j] << j for j in range(8)) for i in range(len(bits) // 8))
 
 
-def single_stream_file(stream: bytes, mode: int, height: int, *, width: int = WIDTH, bits: int = 8) -> bytes:
-    """A valid file (checksums and all) around one stream of a 1-channel tile of width x height."""
-    return fmt.pack(width=width, height=height, channels=1, bits=bits, mode=mode, transform=fmt.TRANSFORM_NONE,
-                    tile_width=width, tile_height=32 if mode == fmt.MODE_COMPACT else max(8, height),
-                    stream_ends=[len(stream)], payload=stream)
+def single_stream_file(stream, mode: int, height: int, *, width: int = WIDTH, bits: int = 8) -> bytes:
+    """A valid file (checksums and all) around one stream of a 1-channel tile of width x height, or
+    around a tuple of streams, one per channel of the tile."""
+    streams = stream if isinstance(stream, tuple) else (stream,)
+    return fmt.pack(width=width, height=height, channels=len(streams), bits=bits, mode=mode,
+                    transform=fmt.TRANSFORM_NONE, tile_width=width,
+                    tile_height=32 if mode == fmt.MODE_COMPACT else max(8, height),
+                    stream_ends=np.cumsum([len(s) for s in streams]), payload=b"".join(streams))
+
+
+def palette_stream(colours, index_stream: bytes, channels: int = 1, *, table_bytes=None) -> bytes:
+    """A palette stream (docs/FORMAT.md §5.1): colours (count) entries of value 10 * i + channel, then
+    index_stream; table_bytes cuts or pads the table."""
+    table = bytes((10 * i + c) & 255 for i in range(colours) for c in range(channels))
+    if table_bytes is not None:
+        table = (table + bytes(table_bytes))[:table_bytes]
+    return bytes([fmt.KIND_PALETTE, colours - 1]) + table + index_stream
+
+
+MEMBER = bytes([fmt.KIND_PALETTE_MEMBER])
 
 
 def compact_stream(rows, *, lengths=None, run_index=31, k_nibbles=0, length_bits=None, tail=b"") -> bytes:
@@ -185,7 +200,36 @@ def status_cases() -> dict:
         "compact valid": (compact_stream(valid4), 4, ok),
         "compact copied rows": (compact_stream([VALID_ROW, [], [], VALID_ROW]), 4, ok),
         "compact constant": (bytes([fmt.KIND_CONSTANT, 7]), 4, ok),
-        "compact kind 3": (bytes([3]) + compact_stream(valid4)[1:], 4, kind),
+        "compact kind 5": (bytes([5]) + compact_stream(valid4)[1:], 4, kind),
+        # palettes: VALID_ROW is a run of half (128), so indices of 128 (past the last colour: the last)
+        "compact palette, coded indices": (palette_stream(129, compact_stream(valid4)), 4, ok),
+        "compact palette, an index past its colours": (palette_stream(128, compact_stream(valid4)), 4, ok),
+        "compact palette, index stream bad": (
+            palette_stream(100, compact_stream(valid4, run_index=32)), 4, header),
+        "compact palette, constant indices": (palette_stream(3, bytes([fmt.KIND_CONSTANT, 2])), 4, ok),
+        "compact palette, constant index past its colours": (
+            palette_stream(2, bytes([fmt.KIND_CONSTANT, 2])), 4, ok),
+        "compact palette, raw indices": (palette_stream(4, bytes([fmt.KIND_RAW]) + bytes(range(4)) * 8), 2, ok),
+        "compact palette, a raw index past its colours": (
+            palette_stream(4, bytes([fmt.KIND_RAW]) + bytes(range(4)) * 7 + bytes([1, 2, 4, 3])), 2, ok),
+        "compact palette, index stream a palette": (palette_stream(2, palette_stream(2, bytes([0, 0]))), 4, kind),
+        "compact palette, index stream a member": (palette_stream(2, MEMBER), 4, kind),
+        "compact palette, kind byte alone": (bytes([fmt.KIND_PALETTE]), 4, size),
+        "compact palette, table past the end": (palette_stream(9, b"", table_bytes=8), 4, size),
+        "compact palette, no index stream": (palette_stream(9, b""), 4, size),
+        "compact palette of 3 channels and members": (
+            (palette_stream(200, compact_stream(valid4), 3), MEMBER, MEMBER), 4, ok),
+        "compact palette of 2 channels, an index past its colours": (
+            (palette_stream(100, compact_stream(valid4), 2), MEMBER), 4, ok),
+        "compact member of 2 bytes": ((palette_stream(200, compact_stream(valid4), 2), MEMBER + b"\0"), 4, size),
+        "compact member in channel 0": ((MEMBER, bytes([fmt.KIND_CONSTANT, 7])), 4, kind),
+        "compact member beside no palette": ((bytes([fmt.KIND_CONSTANT, 7]), MEMBER), 4, kind),
+        "compact constant beside a palette": (
+            (palette_stream(200, compact_stream(valid4), 2), bytes([fmt.KIND_CONSTANT, 7])), 4, kind),
+        "compact coded beside a palette, then a member": (
+            (palette_stream(200, compact_stream(valid4), 3), compact_stream(valid4), MEMBER), 4, kind),
+        "compact palette in channel 1": (
+            (bytes([fmt.KIND_CONSTANT, 7]), palette_stream(2, bytes([fmt.KIND_CONSTANT, 1]), 2)), 4, kind),
         "compact constant too long": (bytes([fmt.KIND_CONSTANT, 7, 7]), 4, size),
         "compact raw too short": (bytes([fmt.KIND_RAW]) + bytes(4 * WIDTH - 1), 4, size),
         "compact header cut short": (compact_stream(valid4)[:7], 4, size),
@@ -217,6 +261,21 @@ def status_cases() -> dict:
                                          fast_row([packed_group([0] * 64, 0), rice_group([1, 0, 2, 1] * 4, 0)])]), 2, ok),
         "fast raw": (bytes([fmt.KIND_RAW]) + bytes(range(3 * FAST_WIDTH)), 3, ok),
         "fast kind 255": (bytes([255]) + fast_stream(VALID_FAST_ROWS)[1:], 3, kind),
+        "fast palette, coded indices": (palette_stream(256, fast_stream(VALID_FAST_ROWS)), 3, ok),
+        "fast palette, an index past its colours": (palette_stream(30, fast_stream(VALID_FAST_ROWS)), 3, ok),
+        "fast palette, index stream bad": (
+            palette_stream(30, fast_stream([PACKED_WITH_QSUM, ZERO_ROW])), 2, header),
+        "fast palette, constant indices": (palette_stream(3, bytes([fmt.KIND_CONSTANT, 2])), 3, ok),
+        "fast palette, raw index past its colours": (
+            palette_stream(200, bytes([fmt.KIND_RAW]) + bytes(range(3 * FAST_WIDTH))), 3, ok),
+        "fast palette, table past the end": (palette_stream(9, b"", table_bytes=3), 3, size),
+        "fast palette of 4 channels and members": (
+            (palette_stream(256, fast_stream(VALID_FAST_ROWS), 4), MEMBER, MEMBER, MEMBER), 3, ok),
+        "fast member beside no palette": ((fast_stream(VALID_FAST_ROWS), MEMBER), 3, kind),
+        "fast raw beside a palette": (
+            (palette_stream(256, fast_stream(VALID_FAST_ROWS), 2), bytes([fmt.KIND_RAW]) + bytes(3 * FAST_WIDTH)),
+            3, kind),
+        "fast palette in channel 1": ((palette_stream(2, bytes([0, 1]), 2), palette_stream(2, bytes([0, 1]), 2)), 3, kind),
         "fast raw too long": (bytes([fmt.KIND_RAW]) + bytes(3 * FAST_WIDTH + 1), 3, size),
         "fast no bits": (bytes([fmt.KIND_CODED]), 3, size),
         "fast headers past the end": (fast_stream(VALID_FAST_ROWS, cut_bits=8), 3, size),

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-KINDS = ("noise", "gradient", "constant", "labels", "extremes", "smooth_noise")
+KINDS = ("noise", "gradient", "constant", "labels", "extremes", "smooth_noise", "flat_graphics")
 
 
 def make_image(kind: str, height: int, width: int, channels: int, dtype, seed: int = 0) -> np.ndarray:
@@ -25,6 +25,15 @@ def make_image(kind: str, height: int, width: int, channels: int, dtype, seed: i
         image = ids[np.repeat(np.repeat(cells, 5, axis=0), 7, axis=1)[:height, :width]]
     elif kind == "extremes":
         image = rng.choice(np.array([0, 1, top - 1, top]), shape)
+    elif kind == "flat_graphics":
+        # whole pixels of a few colours in rectangles, with blended (antialiased) pixels along their
+        # edges: tiles the encoder codes as palettes
+        colours = rng.integers(0, top, (5, channels), endpoint=True)
+        cells = rng.integers(0, 5, (height // 6 + 1, width // 9 + 1))
+        image = colours[np.repeat(np.repeat(cells, 6, axis=0), 9, axis=1)[:height, :width]]
+        edges = np.zeros((height, width), bool)
+        edges[:, 1:] = np.any(image[:, 1:] != image[:, :-1], axis=2)
+        image[edges] = (image[edges] + np.roll(image, 1, axis=1)[edges]) // 2
     elif kind == "smooth_noise":
         yy, xx = np.mgrid[0:height, 0:width]
         base = (np.sin(yy / 5.0) + np.cos(xx / 7.0) + 2) * top / 4.5

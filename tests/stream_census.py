@@ -1,24 +1,47 @@
 """What a file's streams hold, read with the codec's own field helpers: for tests that must know
-their data reaches a path (stream kinds, compact copied rows, fast group codes)."""
+their data reaches a path (stream kinds, palettes, compact copied rows, fast group codes)."""
 
 import numpy as np
 
-from l3codec import compact, fast
+from l3codec import compact, fast, streams
 from l3codec import format as fmt
 
 
-KIND_NAMES = {fmt.KIND_CONSTANT: "constant", fmt.KIND_CODED: "coded", fmt.KIND_RAW: "raw"}
+KIND_NAMES = {fmt.KIND_CONSTANT: "constant", fmt.KIND_CODED: "coded", fmt.KIND_RAW: "raw",
+              fmt.KIND_PALETTE: "palette", fmt.KIND_PALETTE_MEMBER: "member"}
 
 
-def stream_census(data) -> dict:
-    """Counts of stream kinds, compact copy rows (zero row lengths) in a file."""
+def plane_streams(data):
+    """(stream, plane stream start, end) of each stream that codes a plane: a palette's index
+    plane's stream in place of the palette stream, palette members left out."""
     parsed = fmt.parse(data)
     info = parsed.info
     buf = np.frombuffer(data, np.uint8)
-    census = {"constant": 0, "coded": 0, "raw": 0, "copy_rows": 0}
-    for stream, (start, end) in enumerate(zip(parsed.stream_starts, parsed.stream_ends)):
+    starts, ends = parsed.stream_starts, parsed.stream_ends
+    for stream, (start, end) in enumerate(zip(starts, ends)):
+        channel = stream % info.channels
+        status, plane_start, colours = streams.open_stream(buf, int(start), int(end), channel,
+                                                           int(starts[stream - channel]), info.channels, info.bits // 8)
+        assert status == fmt.STATUS_OK, status
+        if colours != streams.PLANE_MEMBER:
+            yield stream, int(plane_start), int(end)
+
+
+def stream_census(data) -> dict:
+    """Counts of stream kinds (a palette's index stream counted by its own kind too), compact copy rows
+    (zero row lengths) in a file."""
+    parsed = fmt.parse(data)
+    info = parsed.info
+    buf = np.frombuffer(data, np.uint8)
+    census = {"constant": 0, "coded": 0, "raw": 0, "palette": 0, "member": 0, "copy_rows": 0,
+              "index_constant": 0, "index_coded": 0, "index_raw": 0}
+    census["member"] = sum(int(buf[start] == fmt.KIND_PALETTE_MEMBER) for start in parsed.stream_starts)
+    for stream, start, end in plane_streams(data):
         kind = int(buf[start])
         census[KIND_NAMES[kind]] += 1
+        if buf[parsed.stream_starts[stream]] == fmt.KIND_PALETTE:
+            census["palette"] += 1
+            census["index_" + KIND_NAMES[kind]] += 1
         if kind == fmt.KIND_CODED and info.mode == "compact":
             tile = stream // info.channels
             h = min(info.tile_height, info.height - tile // info.tiles_x * info.tile_height)
@@ -37,7 +60,7 @@ def fast_census(data) -> dict:
     info = parsed.info
     buf = np.frombuffer(data, np.uint8)
     census = {"zero_rows": 0, "unflagged": 0, "sparse": 0, "packed": 0, "rice": 0, "group_bits": 0}
-    for stream, (start, end) in enumerate(zip(parsed.stream_starts, parsed.stream_ends)):
+    for stream, start, end in plane_streams(data):
         if buf[start] != fmt.KIND_CODED:
             continue
         tile = stream // info.channels

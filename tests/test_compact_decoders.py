@@ -46,6 +46,26 @@ def step_decode_stream(buf, start, end, tile, bits):
     return fmt.STATUS_OK if (pos + 7) // 8 == end else fmt.STATUS_BAD_SIZE
 
 
+def step_decode_tile_stream(buf, parsed, planes, stream):
+    """step_decode_stream of a file's stream into planes, through its palette (docs/FORMAT.md §5.1)."""
+    info = parsed.info
+    starts, ends = parsed.stream_starts, parsed.stream_ends
+    channel = int(stream) % info.channels
+    status, start, colours = streams.open_stream(buf, int(starts[stream]), int(ends[stream]), channel,
+                                                 int(starts[stream - channel]), info.channels, info.bits // 8)
+    if status != fmt.STATUS_OK or colours == streams.PLANE_MEMBER:
+        return status
+    tile = stream_tile(info, planes, stream)
+    status = step_decode_stream(buf, start, int(ends[stream]), tile, info.bits)
+    if status == fmt.STATUS_OK and colours > 0:
+        indices = tile.copy()
+        for c in range(info.channels):
+            stream_tile(info, planes, stream + c)[...] = [
+                [streams.palette_sample(buf, int(starts[stream]), colours, int(i), c, info.channels, info.bits // 8)
+                 for i in row] for row in indices]
+    return status
+
+
 def both_decoders(data):
     """(statuses, planes) of every stream from the step function and from the CPU codec."""
     parsed = fmt.parse(data, verify=False)
@@ -60,9 +80,7 @@ def both_decoders(data):
             cpu.decode_streams(buf, parsed, ids, planes, status)
         else:
             for stream in ids:
-                status[stream] = step_decode_stream(buf, int(parsed.stream_starts[stream]),
-                                                    int(parsed.stream_ends[stream]),
-                                                    stream_tile(info, planes, stream), info.bits)
+                status[stream] = step_decode_tile_stream(buf, parsed, planes, stream)
         results.append((status, planes))
     return info, results
 

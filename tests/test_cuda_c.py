@@ -80,6 +80,30 @@ def test_matches_cpu_decoder(mode, dtype, channels):
     _assert_matches_cpu(files)
 
 
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16])
+@pytest.mark.parametrize("mode", ["compact", "fast"])
+def test_palette_tiles(mode, dtype):
+    """Palette streams and their members (docs/FORMAT.md §5.1) with coded, raw and constant index planes,
+    1 to 4 channels, every colour transform, crops, compact tiles wider than its ring (written in strips)
+    and fast tiles written in bands: the indices become colours before the write-out."""
+    files, regions = [], []
+    for channels in (1, 2, 3, 4) if dtype == np.uint8 else (1, 2, 3):  # the encoder tries no 4 x 16-bit palettes
+        image = make_image("flat_graphics", 37, 300, channels, dtype, channels)
+        # a tile of pixels drawn at random from 250 colours: an 8-bit index plane stored raw
+        many = make_image("noise", 250, 1, channels, dtype, 9).reshape(250, channels)
+        image.reshape(37, 300, channels)[:, 192:240] = many[np.random.default_rng(channels).integers(0, 250, (37, 48))]
+        for tile_width in (48, 272):
+            transform = ("subtract-green", "rg-mean")[tile_width > 100] if channels >= 3 else None
+            files.append(_encode(image, mode, tile_width, 32, transform))
+            regions += [None, (5, 30, 20, 250)]
+            files.append(files[-1])
+    census = [stream_census(f) for f in files]
+    assert all(c["palette"] for c in census), census
+    assert sum(c["member"] for c in census) and sum(c["index_coded"] for c in census)
+    assert sum(c["index_raw"] for c in census) or dtype == np.uint16  # 16-bit indices code smaller than raw
+    _assert_matches_cpu(files, regions, orders=("shuffled",))
+
+
 @pytest.mark.parametrize("mode", ["compact", "fast"])
 def test_every_colour_transform(mode):
     """The write-out's inverse transforms (format.TRANSFORM_NAMES), 3 and 4 channels, 8 and 16 bits."""
@@ -259,8 +283,10 @@ def test_corrupt_streams_report_status(mode):
     sources = [
         _encode(make_image("smooth_noise", 33, 40, 3, np.uint8, 1), mode, 16),
         _encode(make_image("labels", 40, 33, 1, np.uint16, 2), mode, 16),
+        _encode(make_image("flat_graphics", 33, 40, 3, np.uint8, 3), mode, 16),  # palettes and members
     ]
-    damaged = [mutate_payload(sources[i % 2], rng) for i in range(32)]
+    assert stream_census(sources[2])["member"]
+    damaged = [mutate_payload(sources[i % 3], rng) for i in range(48)]
     images, status = decode_batch_emulated(damaged, order="shuffled", seed=1)
     rejected = 0
     for data, image, code in zip(damaged, images, status):
@@ -283,7 +309,7 @@ def test_hand_made_faults_give_the_cpu_decoders_status(order):
     assert {code for _, code in cases.values()} == set(range(5))
     _, status = decode_batch_emulated([data for data, _ in cases.values()], order=order, seed=5)
     for (name, (data, code)), got in zip(cases.items(), status.tolist()):
-        assert _cpu_stream_status(data).tolist() == [code], name
+        assert ([c for c in _cpu_stream_status(data).tolist() if c] or [0])[0] == code, name
         assert got == code, name
 
 

@@ -12,7 +12,7 @@ import pytest
 import l3codec
 from corruption import status_cases
 from gpu_cases import crop_regions, encoded_images
-from stream_census import fast_census
+from stream_census import fast_census, stream_census
 
 TESTS = pathlib.Path(__file__).parent
 
@@ -37,6 +37,17 @@ def test_gpu_cases_reach_every_fast_group_code():
             census = fast_census(data)
             reached |= {(kind, info.bits) for kind in ("sparse", "packed", "rice") if census[kind]}
     assert reached == {(kind, bits) for kind in ("sparse", "packed", "rice") for bits in (8, 16)}, reached
+
+
+def test_gpu_cases_hold_palette_tiles():
+    """Palette streams of one and of several channels (with members), in both modes."""
+    reached = set()
+    for data in encoded_images()[1]:
+        info = l3codec.info(data)
+        census = stream_census(data)
+        if census["palette"]:
+            reached.add((info.mode, info.channels > 1 and census["member"] > 0))
+    assert reached == {(mode, several) for mode in ("compact", "fast") for several in (False, True)}, reached
 
 
 def test_simulated_mixed_batch_matches_cpu_decoder(simulated):

@@ -2,9 +2,9 @@
 
     python tests/golden/make_golden.py
 
-Each case writes NAME.l3 and NAME.npy (the expected pixels). tests/golden/v1/ and v2/ keep files of
-format versions 1 and 2 as they were written then (never regenerated): version-1 compact files and
-every version-2 file must still decode, version-1 fast files must be refused.
+Each case writes NAME.l3 and NAME.npy (the expected pixels). tests/golden/v1/, v2/ and v3/ keep files
+of format versions 1 to 3 as they were written then (never regenerated): version-1 compact files and
+every version-2 and version-3 file must still decode, version-1 fast files must be refused.
 """
 
 import pathlib
@@ -38,6 +38,13 @@ CASES = {
     "labels16_compact": ("labels", 35, 33, 1, np.uint16, {"mode": "compact", "tile_width": 16}),
     "la8_compact_noise": ("noise", 9, 17, 2, np.uint8, {"mode": "compact", "tile_width": 16}),
     "one_pixel_fast": ("extremes", 1, 1, 3, np.uint16, {"mode": "fast"}),
+    # palette tiles (version 4): 3 and 4 channels with members, 16-bit, coded and raw index planes
+    "flat8_compact_palette": ("flat_graphics", 37, 96, 3, np.uint8, {"mode": "compact", "tile_width": 48,
+                                                                     "transform": "rg-mean"}),
+    "flat8_fast_palette": ("flat_graphics", 20, 90, 4, np.uint8, {"mode": "fast", "tile_width": 32, "tile_height": 8,
+                                                                  "transform": "subtract-green"}),
+    "flat16_fast_palette": ("flat_graphics", 16, 40, 2, np.uint16, {"mode": "fast", "tile_width": 16,
+                                                                    "tile_height": 16}),
 }
 # columns repeated, so that label regions span whole fast groups (zero groups between edges)
 WIDENED = {"labels8_fast": 16, "labels16_fast": 16}
