@@ -188,14 +188,18 @@ L3_DEVICE void decode_compact_tile(const unsigned char* __restrict__ data, long 
     const bool decoding = channel < channels;
     const long long stream = item.stream_base + (task.tile_y * item.tiles_x + task.tile_x) * channels + channel;
 
-    // shared memory: TileWriter | per channel: sums [CONTEXTS][32], counts [CONTEXTS][32], row ends [32] | stage
+    // shared memory: TileWriter | colour table | per channel: sums [CONTEXTS][32], counts [CONTEXTS][32],
+    // row ends [32] | stage
     unsigned char* smem = l3_dynamic_shared();
     TileWriter& writer = *reinterpret_cast<TileWriter*>(smem);
-    unsigned char* state = smem + COMPACT_HEADER_SHARED_BYTES + (decoding ? channel : 0) * COMPACT_STATE_BYTES;
+    // a palette tile's colour table right after the writer, at a fixed place (no register holds it)
+    T* table = reinterpret_cast<T*>(smem + COMPACT_HEADER_SHARED_BYTES);
+    unsigned char* const states = smem + COMPACT_HEADER_SHARED_BYTES + palette_table_bytes(channels, sizeof(T));
+    unsigned char* state = states + (decoding ? channel : 0) * COMPACT_STATE_BYTES;
     int* ctx_a = reinterpret_cast<int*>(state) + lane;
     int* ctx_n = ctx_a + CONTEXTS * 32;
     long long& row_end = reinterpret_cast<long long*>(state + 2 * CONTEXTS * 32 * 4)[lane];
-    T* stage = reinterpret_cast<T*>(smem + COMPACT_HEADER_SHARED_BYTES + channels * COMPACT_STATE_BYTES);
+    T* stage = reinterpret_cast<T*>(states + channels * COMPACT_STATE_BYTES);
     T* my_stage = stage + ((decoding ? channel : 0) * COMPACT_TILE_HEIGHT + lane) * ring;
     if (threadIdx.x == 0 && threadIdx.y == 0) init_tile_writer(writer, item, out, tile_y0, tile_x0, h, w, sizeof(T));
 
@@ -278,6 +282,12 @@ L3_DEVICE void decode_compact_tile(const unsigned char* __restrict__ data, long 
         }
     }
 
+    __syncthreads();  // the writer, a palette tile's colour count included, is set
+    if (writer.colours != 0) {  // block-uniform
+        load_palette<T>(writer, data, data_size, table, channel * 32 + lane, 32 * blockDim.y);
+        __syncthreads();
+    }
+
     // ---- the wavefront, in strips of `strip` steps between writes
     const int steps = w + h - 1;
     // a strip's write ends each row at a 32-byte boundary, up to 31 columns before the columns
@@ -342,15 +352,11 @@ L3_DEVICE void decode_compact_tile(const unsigned char* __restrict__ data, long 
         // after steps [0, s1) row r has columns [0, s1 - r): all h rows have [0, s1 - h + 1)
         const int done = s1 == steps ? w : max_of(written, s1 - h + 1);
         if (writer.colours != 0) {  // block-uniform: a palette tile's indices, columns [written, done), become colours
-            const int columns = done - written;
 #pragma unroll 1
-            for (int i = channel * 32 + lane; i < h * columns; i += 32 * blockDim.y) {
-                T* sample = stage + (i / columns) * ring + ((written + i % columns) & (ring - 1));
-                const unsigned index = sample[0];
+            for (int r = channel; r < h; r += blockDim.y)  // a warp per row
 #pragma unroll 1
-                for (int c = channels - 1; c >= 0; --c)
-                    sample[c * COMPACT_TILE_HEIGHT * ring] = (T)palette_colour<T>(writer, data, data_size, index, c);
-            }
+                for (int col = written + lane; col < done; col += 32)
+                    expand_index<T>(writer, table, stage + r * ring + (col & (ring - 1)), COMPACT_TILE_HEIGHT * ring);
             __syncthreads();
         }
         const T* staged = stage;

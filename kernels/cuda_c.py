@@ -61,6 +61,7 @@ COMPACT_RING_MAX = _KERNEL_CONSTANTS["COMPACT_RING_MAX"]  # columns staged at on
 FAST_THREADS = _KERNEL_CONSTANTS["FAST_THREADS"]
 FAST_FIXED_BYTES = _KERNEL_CONSTANTS["FAST_FIXED_BYTES"]  # sizeof(FastShared)
 FAST_STAGE_BUDGET = _KERNEL_CONSTANTS["FAST_STAGE_BUDGET"]
+PALETTE_MAX_COLOURS = _KERNEL_CONSTANTS["PALETTE_MAX_COLOURS"]  # a palette tile's colour table, in shared memory
 # above this a kernel must opt in (cudaFuncAttributeMaxDynamicSharedMemorySize)
 DEFAULT_SHARED_LIMIT = 48 * 1024
 
@@ -91,12 +92,13 @@ def _fast_block(launch) -> tuple:
 def _compact_shared_bytes(channels, tile_width, tile_height, sample_bytes):
     return COMPACT_HEADER_SHARED_BYTES + channels * (
         COMPACT_STATE_BYTES + COMPACT_TILE_HEIGHT * compact_ring_columns(tile_width) * sample_bytes
+        + PALETTE_MAX_COLOURS * sample_bytes
     )
 
 
 def _fast_shared_bytes(channels, tile_width, tile_height, sample_bytes):
     rows = fast_ring_rows(channels, tile_width, tile_height, sample_bytes)
-    return FAST_FIXED_BYTES + rows * channels * tile_width * sample_bytes
+    return FAST_FIXED_BYTES + (rows * tile_width + PALETTE_MAX_COLOURS) * channels * sample_bytes
 
 
 @dataclass(frozen=True)
@@ -127,11 +129,12 @@ def block_shape(launch) -> tuple:
 def shared_memory_bytes(launch) -> int:
     """Dynamic shared memory bytes for a launch: the largest need of its items (8- and 16-bit alike).
 
-    compact: COMPACT_HEADER_SHARED_BYTES + channels * (COMPACT_STATE_BYTES + 32 * ring * sample_bytes), ring =
-    compact_ring_columns(tile_width) (at most 41 KiB: 4 channels, 16-bit).
-    fast: FAST_FIXED_BYTES + ring * channels * tile_width * sample_bytes, ring =
-    fast_ring_rows(...) (about 33 KiB, more only when two rows of the tile exceed the budget:
-    up to 65 KiB for 4096-wide 4-channel 16-bit tiles).
+    compact: COMPACT_HEADER_SHARED_BYTES + channels * (COMPACT_STATE_BYTES + (32 * ring + 256) * sample_bytes),
+    ring = compact_ring_columns(tile_width) (at most 43 KiB: 4 channels, 16-bit).
+    fast: FAST_FIXED_BYTES + (ring * tile_width + 256) * channels * sample_bytes, ring =
+    fast_ring_rows(...) (about 35 KiB, more only when two rows of the tile exceed the budget:
+    up to 67 KiB for 4096-wide 4-channel 16-bit tiles). 256 samples per channel: a palette tile's
+    colour table.
     """
     items = launch.items
     need = KERNELS[launch.mode].shared_bytes(

@@ -367,6 +367,7 @@ L3_DEVICE void decode_fast_tile(const unsigned char* __restrict__ data, long lon
     unsigned char* smem = l3_dynamic_shared();
     FastShared& sh = *reinterpret_cast<FastShared*>(smem);
     T* stage = reinterpret_cast<T*>(smem + FAST_FIXED_BYTES);  // [channel][ring][tile_width]
+    T* table = stage + (long long)ring * channels * tile_width;  // a palette tile's colours
 
     int colours = PLANE_OWN;  // thread 0: channel 0's palette colours and where its stream starts
     long long palette_stream = 0;
@@ -436,13 +437,10 @@ L3_DEVICE void decode_fast_tile(const unsigned char* __restrict__ data, long lon
             }
         }
         if (sh.writer.colours != 0) {  // block-uniform: a palette tile's indices become colours, but for the
+            if (r0 == 0) load_palette<T>(sh.writer, data, size, table, tid, FAST_THREADS);
             __syncthreads();           // copy in ring row 0, which the next band predicts from
-            for (int i = tid; i < (r1 - r0) * w; i += FAST_THREADS) {
-                T* sample = stage + (1 + i / w) * tile_width + i % w;
-                const unsigned index = sample[0];
-                for (int c = channels - 1; c >= 0; --c)
-                    sample[c * ring * tile_width] = (T)palette_colour<T>(sh.writer, data, size, index, c);
-            }
+            for (int i = tid; i < (r1 - r0) * w; i += FAST_THREADS)
+                expand_index<T>(sh.writer, table, stage + (1 + i / w) * tile_width + i % w, (long long)ring * tile_width);
             __syncthreads();
         }
         const T* staged = stage;

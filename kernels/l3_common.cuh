@@ -55,7 +55,10 @@ enum : int {  // format.KIND_*
     KIND_PALETTE = 3,
     KIND_PALETTE_MEMBER = 4,
 };
-enum : int { PALETTE_HEADER_BYTES = 2 };  // format.PALETTE_HEADER_BYTES: kind, colours - 1
+enum : int {
+    PALETTE_HEADER_BYTES = 2,   // format.PALETTE_HEADER_BYTES: kind, colours - 1
+    PALETTE_MAX_COLOURS = 256,  // format.PALETTE_MAX_COLOURS
+};
 enum : int { PLANE_OWN = 0, PLANE_MEMBER = -1 };  // streams.PLANE_*
 
 enum : int {  // format.STATUS_*
@@ -94,9 +97,10 @@ enum : int {
 // The host computes the same numbers in kernels/cuda_c.py (shared_memory_bytes); the
 // emulation build exports these functions so the tests compare both.
 
-// compact: a TileWriter (56 bytes, in a 64-byte slot), per channel the adaptive sums and
-// counts of the 32 row decoders ([2][CONTEXTS][32] int) and their row ends ([32] int64),
-// then per channel a ring of decoded columns ([32][ring] samples).
+// compact: a TileWriter (56 bytes, in a 64-byte slot), a palette tile's colour table
+// ([PALETTE_MAX_COLOURS][channels] samples), per channel the adaptive sums and counts of the 32 row
+// decoders ([2][CONTEXTS][32] int) and their row ends ([32] int64), then per channel a ring of
+// decoded columns ([32][ring] samples).
 enum : int {
     COMPACT_HEADER_SHARED_BYTES = 64,
     COMPACT_STATE_BYTES = 2 * CONTEXTS * 32 * 4 + 32 * 8,
@@ -110,14 +114,19 @@ L3_HOST_DEVICE int compact_ring_columns(long long tile_width) {
     return ring;
 }
 
+L3_HOST_DEVICE long long palette_table_bytes(long long channels, long long sample_bytes) {
+    return PALETTE_MAX_COLOURS * channels * sample_bytes;
+}
+
 L3_HOST_DEVICE long long compact_shared_bytes(long long channels, long long tile_width, long long sample_bytes) {
     return COMPACT_HEADER_SHARED_BYTES + channels * COMPACT_STATE_BYTES +
-           channels * COMPACT_TILE_HEIGHT * compact_ring_columns(tile_width) * sample_bytes;
+           channels * COMPACT_TILE_HEIGHT * compact_ring_columns(tile_width) * sample_bytes +
+           palette_table_bytes(channels, sample_bytes);
 }
 
 // fast: a fixed header (FastShared in fast.cu, FAST_FIXED_BYTES), then per channel a ring of
 // decoded rows ([ring][tile_width] samples): bands of ring - 1 rows are written out at once,
-// the ring's extra row keeps the row above the band.
+// the ring's extra row keeps the row above the band; then a palette tile's colour table.
 enum : int {
     // a thread per group of the widest tile's row head (4096 / 64; fast.cu asserts it); the unpack
     // takes a warp per group, the prediction a thread per period of 8 columns
@@ -140,7 +149,8 @@ L3_HOST_DEVICE long long fast_shared_bytes(long long channels, long long tile_wi
                                            long long sample_bytes) {
     return FAST_FIXED_BYTES +
            (long long)fast_ring_rows(channels, tile_width, tile_height, sample_bytes) * channels * tile_width *
-               sample_bytes;
+               sample_bytes +
+           palette_table_bytes(channels, sample_bytes);
 }
 
 // ------------------------------------------------------------------ small helpers
@@ -360,13 +370,22 @@ L3_DEVICE PlaneStream open_stream(const unsigned char* __restrict__ data, long l
     return {plane_start, STATUS_OK, colours};
 }
 
-// Channel `channel` of a palette tile's colour `index` (streams.palette_sample: an index past the last
-// colour selects the last).
+// A palette tile's colour table, [colour][channel], copied from the stream into shared memory by the
+// block (then a barrier, which the caller makes).
 template <typename T>
-L3_DEVICE unsigned palette_colour(const TileWriter& writer, const unsigned char* __restrict__ data, long long size,
-                                  unsigned index, int channel) {
-    const long long colour = min_of((int)index, writer.colours - 1);
-    return load_sample<T>(data, size, writer.palette + (colour * writer.channels + channel) * (long long)sizeof(T));
+L3_DEVICE void load_palette(const TileWriter& writer, const unsigned char* __restrict__ data, long long size,
+                            T* table, int thread, int threads) {
+    for (int i = thread; i < writer.colours * writer.channels; i += threads)
+        table[i] = (T)load_sample<T>(data, size, writer.palette + (long long)i * (long long)sizeof(T));
+}
+
+// Turn a staged index into its colour in every channel's staged plane (streams.palette_sample: an
+// index past the last colour selects the last); `sample` is channel 0's, channel c's is c * plane
+// samples further.
+template <typename T>
+L3_DEVICE void expand_index(const TileWriter& writer, const T* table, T* sample, long long plane) {
+    const int colour = min_of((int)sample[0], writer.colours - 1);
+    for (int c = writer.channels - 1; c >= 0; --c) sample[c * plane] = table[colour * writer.channels + c];
 }
 
 // The sample the output holds at (channel, tile row, tile column): fetch's staged sample after the

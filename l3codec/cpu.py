@@ -378,12 +378,16 @@ def _expand_palette(buf, start, colours, planes, stream, grid, bits):
     its colours."""
     channels = planes.shape[0]
     indices = _stream_tile(planes, stream, grid)
+    table = np.empty(colours, planes.dtype)  # one channel of the colours: a gather per sample
     for channel in range(channels - 1, -1, -1):  # channel 0, which holds the indices, last
+        for colour in range(colours):
+            table[colour] = palette_sample(buf, start, colours, colour, channel, channels, bits // 8)
         plane = _stream_tile(planes, stream + channel, grid)
         for row in range(plane.shape[0]):
+            samples, row_indices = plane[row], indices[row]
             for col in range(plane.shape[1]):
-                plane[row, col] = palette_sample(buf, start, colours, np.int64(indices[row, col]), channel, channels,
-                                                 bits // 8)
+                index = min(np.int64(row_indices[col]), colours - 1)  # streams.palette_sample's clamp
+                samples[col] = table[index]
 
 
 @_cached
