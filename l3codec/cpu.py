@@ -83,6 +83,10 @@ _INLINED = {
     "adapted", "initial_sum", "decode_code", "decode_run", "predict", "groups_per_row", "unpredicted", "slot",
     "decode_rice_group", "decode_sparse_group", "decode_fast_row_residuals", "unpredict_row",
     "zigzag", "adapt", "appended", "appended_code", "appended_run",
+    # the palette's helpers: each compiled apart cost about half a second of the first use
+    "colour_key", "hash_slot", "find_slot", "sort_keys", "tile_palette", "palette_indices", "palette_allowed",
+    "palette_may_pay", "palette_table_bytes", "write_palette_table", "write_palette_member", "open_stream",
+    "palette_sample",
 }
 
 
@@ -117,15 +121,15 @@ inverse_colour = _dev.inverse_colour
 decode_uncoded = _dev.decode_uncoded
 open_stream = _dev.open_stream
 palette_sample = _dev.palette_sample
-tile_palette = _dev.tile_palette
-palette_indices = _dev.palette_indices
-write_palette_table = _dev.write_palette_table
-write_palette_member = _dev.write_palette_member
-palette_allowed = _dev.palette_allowed
-palette_table_bytes = _dev.palette_table_bytes
-palette_may_pay = _dev.palette_may_pay
-_HASH_SLOTS = palette.HASH_SLOTS
+tile_palette = _encoders.tile_palette
+palette_indices = _encoders.palette_indices
+write_palette_table = _encoders.write_palette_table
+write_palette_member = _encoders.write_palette_member
+palette_allowed = _encoders.palette_allowed
+palette_table_bytes = _encoders.palette_table_bytes
+palette_may_pay = _encoders.palette_may_pay
 _PLANE_MEMBER = streams.PLANE_MEMBER
+_HASH_SLOTS = palette.HASH_SLOTS
 encode_compact_stream = _encoders.encode_compact_stream
 decode_compact_stream = _dev.decode_compact_stream
 encode_fast_stream = _encoders.encode_fast_stream
@@ -138,7 +142,7 @@ _cached = cached_njit([sys.modules[__name__]], on_miss=first_use.coordinator.cac
 
 def cache_path():
     """The folder of the drivers' on-disk cache (None when nothing compiles: NUMBA_DISABLE_JIT)."""
-    return None if numba.config.DISABLE_JIT else _encode_compact_tiles._cache.cache_path
+    return None if numba.config.DISABLE_JIT else _encode_compact_streams._cache.cache_path
 
 
 def _in_parallel(driver, count, *args):
@@ -261,41 +265,28 @@ def _stream_tile(planes, stream, grid):
     return planes[stream % channels, y0:min(y0 + tile_height, height), x0:min(x0 + tile_width, width)]
 
 
-@numba.njit
-def _tile_pixels(planes, tile, grid):
-    """The (channels, h, w) view of planes that holds a tile (an encoder's grid: origin 0, 0)."""
-    tiles_x, tile_width, tile_height = grid[0], grid[1], grid[2]
-    y0 = (tile // tiles_x) * tile_height
-    x0 = (tile % tiles_x) * tile_width
-    return planes[:, y0:min(y0 + tile_height, planes.shape[1]), x0:min(x0 + tile_width, planes.shape[2])]
+@_cached
+def _encode_compact_streams(planes, grid, bits, out, slot_bytes, sizes, first, stop):
+    for stream in range(first, stop):
+        tile = _stream_tile(planes, stream, grid)
+        sizes[stream] = encode_compact_stream(tile, bits, out, stream * slot_bytes)
 
 
-@numba.njit
-def _palette_scratch(planes, grid, slot_bytes):
-    """A driver's palette work space: sorted keys, the hash table's keys, use and indices, a tile of
-    indices, a candidate palette stream."""
-    slots = _HASH_SLOTS
-    return (np.empty(fmt.PALETTE_MAX_COLOURS, np.int64), np.empty(slots, np.int64), np.empty(slots, np.bool_),
-            np.empty(slots, np.int64), np.empty((grid[2], grid[1]), planes.dtype), np.empty(slot_bytes, np.uint8))
+@_cached
+def _encode_fast_streams(planes, grid, bits, out, slot_bytes, sizes, first, stop):
+    for stream in range(first, stop):
+        tile = _stream_tile(planes, stream, grid)
+        sizes[stream] = encode_fast_stream(tile, bits, out, stream * slot_bytes)
 
 
-@numba.njit
-def _palette_count(pixels, bits, sizes, first_stream, scratch):
-    """The tile's colour count when its palette stream may be smaller than its plain streams (in
-    sizes from first_stream), else 0."""
-    keys, table_keys, table_used = scratch[0], scratch[1], scratch[2]
-    channels = pixels.shape[0]
-    if not palette_allowed(channels, bits):
-        return 0
-    count = tile_palette(pixels, keys, table_keys, table_used)
-    # at least the table, the index stream's kind byte and a byte per member
-    if (not palette_may_pay(keys, count, channels)
-            or palette_table_bytes(count, channels, bits) + channels >= _plain_size(sizes, first_stream, channels)):
-        return 0
-    return count
+# Palette tiles, in three passes over the tiles so that the index planes are coded by the very
+# drivers above (one compilation serves both; a driver of its own coding both the plain and the
+# palette form compiled 2.5x as long): _palette_index_tiles finds the tiles of few colours and
+# writes their indices into an index image, the stream driver codes that image, and
+# _keep_palettes replaces a tile's plain streams by its palette stream where that is smaller.
 
 
-@numba.njit
+@numba.njit(inline="always")
 def _plain_size(sizes, first_stream, channels):
     total = 0
     for channel in range(channels):
@@ -303,69 +294,52 @@ def _plain_size(sizes, first_stream, channels):
     return total
 
 
-@numba.njit
-def _index_plane(pixels, count, scratch):
-    """The tile's indices into its palette (tile_palette's, in scratch), as a 2-D view."""
-    index_plane = scratch[4][:pixels.shape[1], :pixels.shape[2]]
-    palette_indices(pixels, scratch[0], count, scratch[1], scratch[2], scratch[3], index_plane)
-    return index_plane
-
-
-@numba.njit
-def _keep_smaller(pixels, bits, count, scratch, index_size, out, first_stream, slot_bytes, sizes):
-    """Replace a tile's plain streams (in out's slots from first_stream) by its palette stream (the
-    candidate in scratch, whose index stream of index_size bytes follows the table's room) and members
-    when they are smaller together."""
-    channels = pixels.shape[0]
-    table_bytes = palette_table_bytes(count, channels, bits)
-    size = table_bytes + index_size
-    if size + channels - 1 >= _plain_size(sizes, first_stream, channels):
-        return
-    candidate = scratch[5]
-    write_palette_table(scratch[0], count, channels, bits, candidate, 0)
-    start = first_stream * slot_bytes
-    out[start:start + size] = candidate[:size]
-    sizes[first_stream] = size
-    for channel in range(1, channels):
-        sizes[first_stream + channel] = write_palette_member(out, (first_stream + channel) * slot_bytes)
-
-
-# Per tile: each channel's plain stream, then, where the tile has few colours, a palette stream
-# coding one plane of indices with the same coder (its stream after room for the table); the
-# smaller wins.
 @_cached
-def _encode_compact_tiles(planes, grid, bits, out, slot_bytes, sizes, first, stop):
-    channels = planes.shape[0]
-    scratch = _palette_scratch(planes, grid, slot_bytes)
+def _palette_index_tiles(planes, grid, bits, sizes, counts, keys, indices, first, stop):
+    """For each tile whose palette stream may be smaller than its plain streams (sizes): its colour
+    count in counts, their keys in keys, its indices in the one-plane index image `indices`."""
+    tiles_x, tile_width, tile_height = grid[0], grid[1], grid[2]
+    channels, height, width = planes.shape
+    table_keys = np.empty(_HASH_SLOTS, np.int64)
+    table_used = np.empty(_HASH_SLOTS, np.bool_)
+    table_index = np.empty(_HASH_SLOTS, np.int64)
     for tile in range(first, stop):
-        pixels = _tile_pixels(planes, tile, grid)
-        for channel in range(channels):
-            stream = tile * channels + channel
-            sizes[stream] = encode_compact_stream(pixels[channel], bits, out, stream * slot_bytes)
-        count = _palette_count(pixels, bits, sizes, tile * channels, scratch)
-        if count > 0:
-            index_size = encode_compact_stream(_index_plane(pixels, count, scratch), bits, scratch[5],
-                                               palette_table_bytes(count, channels, bits))
-            _keep_smaller(pixels, bits, count, scratch, index_size, out, tile * channels, slot_bytes, sizes)
+        y0 = (tile // tiles_x) * tile_height
+        x0 = (tile % tiles_x) * tile_width
+        y1, x1 = min(y0 + tile_height, height), min(x0 + tile_width, width)
+        pixels = planes[:, y0:y1, x0:x1]
+        tile_keys = keys[tile]
+        count = tile_palette(pixels, tile_keys, table_keys, table_used)
+        # at least the table, the index stream's kind byte and a byte per member
+        if (palette_may_pay(tile_keys, count, channels) and palette_table_bytes(count, channels, bits) + channels
+                < _plain_size(sizes, tile * channels, channels)):
+            counts[tile] = count
+            palette_indices(pixels, tile_keys, count, table_keys, table_used, table_index, indices[0, y0:y1, x0:x1])
 
 
 @_cached
-def _encode_fast_tiles(planes, grid, bits, out, slot_bytes, sizes, first, stop):
-    channels = planes.shape[0]
-    scratch = _palette_scratch(planes, grid, slot_bytes)
-    for tile in range(first, stop):
-        pixels = _tile_pixels(planes, tile, grid)
-        for channel in range(channels):
-            stream = tile * channels + channel
-            sizes[stream] = encode_fast_stream(pixels[channel], bits, out, stream * slot_bytes)
-        count = _palette_count(pixels, bits, sizes, tile * channels, scratch)
-        if count > 0:
-            index_size = encode_fast_stream(_index_plane(pixels, count, scratch), bits, scratch[5],
-                                            palette_table_bytes(count, channels, bits))
-            _keep_smaller(pixels, bits, count, scratch, index_size, out, tile * channels, slot_bytes, sizes)
+def _keep_palettes(out, slot_bytes, sizes, index_out, index_sizes, counts, keys, channels, bits):
+    """Where a tile's palette stream (its table, then its index stream from index_out) and members are
+    smaller than its plain streams, write them over those in out's slots."""
+    for tile in range(counts.shape[0]):
+        count = counts[tile]
+        if count == 0:
+            continue
+        first_stream = tile * channels
+        table_bytes = palette_table_bytes(count, channels, bits)
+        size = table_bytes + index_sizes[tile]
+        if size + channels - 1 >= _plain_size(sizes, first_stream, channels):
+            continue
+        start = first_stream * slot_bytes
+        write_palette_table(keys[tile], count, channels, bits, out, start)
+        for i in range(index_sizes[tile]):  # a loop: a slice assignment took a second to compile
+            out[start + table_bytes + i] = index_out[tile * slot_bytes + i]
+        sizes[first_stream] = size
+        for channel in range(1, channels):
+            sizes[first_stream + channel] = write_palette_member(out, (first_stream + channel) * slot_bytes)
 
 
-@numba.njit
+@numba.njit(inline="always")
 def _open_plane(buf, starts, ends, stream, channels, bits):
     """open_stream for stream (of channels per tile): (status, plane stream start, colours)."""
     channel = stream % channels
@@ -426,16 +400,30 @@ class _StreamDrivers(typing.NamedTuple):
 
 
 _STREAM_DRIVERS = {
-    fmt.MODE_COMPACT: _StreamDrivers(_encode_compact_tiles, _decode_compact_streams),
-    fmt.MODE_FAST: _StreamDrivers(_encode_fast_tiles, _decode_fast_streams),
+    fmt.MODE_COMPACT: _StreamDrivers(_encode_compact_streams, _decode_compact_streams),
+    fmt.MODE_FAST: _StreamDrivers(_encode_fast_streams, _decode_fast_streams),
 }
 
 
 def encode_streams(planes, mode, tile_width, tile_height, bits, out, slot_bytes, sizes):
-    """Encode every tile-channel of CHW planes into out, stream i at i * slot_bytes; sizes[i] = its size."""
+    """Encode every tile-channel of CHW planes into out, stream i at i * slot_bytes; sizes[i] = its size.
+    A tile of few colours becomes a palette tile where that is smaller (docs/FORMAT.md §5.1)."""
     grid = ((planes.shape[2] + tile_width - 1) // tile_width, tile_width, tile_height, 0, 0)
-    tiles = sizes.shape[0] // planes.shape[0]
-    _in_parallel(_STREAM_DRIVERS[mode].encode, tiles, planes, grid, bits, out, slot_bytes, sizes)
+    encode = _STREAM_DRIVERS[mode].encode
+    _in_parallel(encode, sizes.shape[0], planes, grid, bits, out, slot_bytes, sizes)
+    channels = planes.shape[0]
+    if not palette.palette_allowed(channels, bits):
+        return
+    tiles = sizes.shape[0] // channels
+    counts = np.zeros(tiles, np.int64)
+    keys = np.empty((tiles, fmt.PALETTE_MAX_COLOURS), np.int64)
+    indices = np.zeros((1, planes.shape[1], planes.shape[2]), planes.dtype)
+    _in_parallel(_palette_index_tiles, tiles, planes, grid, bits, sizes, counts, keys, indices)
+    index_sizes = np.zeros(tiles if counts.any() else 0, np.int64)
+    index_out = np.empty(index_sizes.shape[0] * slot_bytes, np.uint8)
+    if index_sizes.shape[0]:  # the index image in the same array type as planes: the same compiled driver
+        _in_parallel(encode, tiles, fmt.readonly(indices), grid, bits, index_out, slot_bytes, index_sizes)
+    _keep_palettes(out, slot_bytes, sizes, index_out, index_sizes, counts, keys, channels, bits)
 
 
 def gather_streams(out, slot_bytes, sizes, payload):

@@ -54,7 +54,8 @@ def tile_palette(pixels, keys, table_keys, table_used):
     """The distinct colours of a (channels, h, w) tile: their count, their keys sorted into
     keys[:count]; 0 when there are more than PALETTE_MAX_COLOURS. The table (HASH_SLOTS
     entries each) is left holding them."""
-    table_used[:] = False
+    for slot in range(HASH_SLOTS):  # a loop: a slice assignment costs the first use compile time
+        table_used[slot] = False
     count = 0
     previous = np.int64(-1)  # a run of one colour is looked up once
     for row in range(pixels.shape[1]):
@@ -71,8 +72,21 @@ def tile_palette(pixels, keys, table_keys, table_used):
                 table_keys[slot] = key
                 keys[count] = key
                 count += 1
-    keys[:count].sort()
+    sort_keys(keys, count)
     return count
+
+
+@device
+def sort_keys(keys, count):
+    """keys[:count] in rising order: an insertion sort (at most PALETTE_MAX_COLOURS keys), which
+    compiles in a fraction of the time numpy's sort takes under Numba."""
+    for i in range(1, count):
+        key = keys[i]
+        j = i - 1
+        while j >= 0 and keys[j] > key:
+            keys[j + 1] = keys[j]
+            j -= 1
+        keys[j + 1] = key
 
 
 @device
