@@ -3,6 +3,12 @@
 Usage (from the repository root)::
 
     python bench/first_use.py [--size 512] [--runs 3] [--mode compact] [--bits 8]
+    python bench/first_use.py --quick-start    # the README's main job: cold, warm, after the warm-up
+
+--quick-start runs the README's first command (l3convert on the corpus, inspect, l3 stalls) step
+by step, each in the shell as the README gives it, with NUMBA_CACHE_DIR a new empty directory,
+then again with that cache filled, then with a new cache filled by `python -m l3codec.warmup`
+beforehand, and prints each step's wall time and whether the codec said it compiled.
 
 Each run starts a new Python process with NUMBA_CACHE_DIR pointing at a new empty
 directory, and times, inside it, the import, the first encode and the first decode of a
@@ -23,6 +29,7 @@ import resource
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -75,6 +82,46 @@ def run_child(cache: Path, size: int, mode: str, dtype: str, sibling: bool) -> d
     return result
 
 
+def readme_main_job() -> list:
+    """The steps of the README's first command (the line that starts with out=$(mktemp -d) &&),
+    without the mktemp: each a shell command that uses $out."""
+    for line in (REPO / "README.md").read_text().splitlines():
+        if line.startswith("out=$(mktemp -d) && "):
+            return line.split(" && ")[1:]
+    raise SystemExit("README.md has no line starting with out=$(mktemp -d) &&")
+
+
+def run_main_job(cache: Path, label: str) -> None:
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(cache), PYTHONPATH=str(REPO),
+               PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    with tempfile.TemporaryDirectory() as out:
+        env["out"] = out
+        total = 0.0
+        for step in readme_main_job():
+            start = time.perf_counter()
+            done = subprocess.run(["bash", "-c", step], cwd=REPO, env=env, capture_output=True, text=True)
+            seconds = time.perf_counter() - start
+            total += seconds
+            compiled = "compiling" in done.stderr
+            print(f"  {label}: {seconds:5.1f} s  {'(compiled) ' if compiled else ''}{step.split(' ')[0]} "
+                  f"{step.split(' ')[1]}{'' if done.returncode == 0 else f'  FAILED: {done.stderr[-300:]}'}")
+        print(f"  {label}: {total:5.1f} s in all")
+
+
+def quick_start() -> int:
+    print(f"the README's main job, step by step (load average {'/'.join(f'{v:.1f}' for v in os.getloadavg())}):")
+    with tempfile.TemporaryDirectory() as cache:
+        run_main_job(Path(cache), "empty cache")
+        run_main_job(Path(cache), "warm cache")
+    with tempfile.TemporaryDirectory() as cache:
+        start = time.perf_counter()
+        env = dict(os.environ, NUMBA_CACHE_DIR=cache, PYTHONPATH=str(REPO))
+        subprocess.run([sys.executable, "-m", "l3codec.warmup"], env=env, capture_output=True, check=True)
+        print(f"  python -m l3codec.warmup: {time.perf_counter() - start:.1f} s")
+        run_main_job(Path(cache), "after the warm-up")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--size", type=int, default=512)
@@ -84,7 +131,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", action="store_true", help="CPU seconds per compiled step, first round trip")
     p.add_argument("--no-sibling", action="store_true",
                    help="compile the decoder in the process too, as before the sibling (for comparison)")
+    p.add_argument("--quick-start", action="store_true", help="time the README's main job instead")
     args = p.parse_args(argv)
+    if args.quick_start:
+        return quick_start()
     dtype = f"uint{args.bits}"
     results = {"empty cache": [], "warm cache": []}
     for _ in range(args.runs):
