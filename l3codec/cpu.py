@@ -125,7 +125,6 @@ tile_palette = _encoders.tile_palette
 palette_indices = _encoders.palette_indices
 write_palette_table = _encoders.write_palette_table
 write_palette_member = _encoders.write_palette_member
-palette_allowed = _encoders.palette_allowed
 palette_table_bytes = _encoders.palette_table_bytes
 palette_may_pay = _encoders.palette_may_pay
 _PLANE_MEMBER = streams.PLANE_MEMBER
