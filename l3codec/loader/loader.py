@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import collections
 import functools
 import multiprocessing
@@ -169,6 +170,8 @@ class Loader:
                 multiprocessing_context=context if workers else None,
                 timeout=self.timeout if workers else 0,
             )
+            if workers:
+                atexit.register(_stop_workers_at_exit, weakref.ref(self._batches_loader))
         self._requests.start(self.order.epoch, batches, first)
         return _watched(self._batches_loader, self.timeout)
 
@@ -262,6 +265,16 @@ class Loader:
         batch = _batch_dict(staged, images)
         batch["label"] = batch["label"].to(self.device, non_blocking=True) if self._device.cuda else batch["label"]
         return batch
+
+
+def _stop_workers_at_exit(data_loader: weakref.ref) -> None:
+    """Stop a live loader's persistent workers at exit, before multiprocessing's own exit handler
+    (atexit runs the later registration first): left to interpreter teardown, they were stopped
+    after it, and the resource tracker reported their queues' semaphores as leaked."""
+    loader = data_loader()
+    iterator = getattr(loader, "_iterator", None)
+    if iterator is not None and hasattr(iterator, "_shutdown_workers"):
+        iterator._shutdown_workers()
 
 
 def check_shared_memory(needed: int, directory: str = "/dev/shm") -> None:
