@@ -46,9 +46,8 @@ inverse_colour = _dev.inverse_colour
 neighbours = _dev.neighbours
 row_state_init = _dev.row_state_init
 decode_sample = _dev.decode_sample
-uncoded_stream_status = _dev.uncoded_stream_status
 uncoded_sample = _dev.uncoded_sample
-open_stream = _dev.open_stream
+plane_stream_status = _dev.plane_stream_status
 palette_sample = _dev.palette_sample
 compact_stream_layout = _dev.compact_stream_layout
 compact_row_length = _dev.compact_row_length
@@ -279,14 +278,12 @@ def decode_compact(data, stream_starts, stream_ends, items, tasks, out, status):
     if active:
         stream = stream_id(items, tasks, task, item, channel)
         end = stream_ends[stream]
-        code, start, colours = open_stream(data, stream_starts[stream], end, channel, stream_starts[stream - channel],
-                                           channels, bits // 8)
+        code, start, colours = plane_stream_status(data, stream_starts[stream], end, channel,
+                                                   stream_starts[stream - channel], channels, bits // 8, h * w)
         if code == STATUS_OK and colours > 0 and lane == 0:
             palette_info[0] = stream_starts[stream]
             palette_info[1] = colours
         kind = data[start]
-        if code == STATUS_OK and colours != PLANE_MEMBER:
-            code = uncoded_stream_status(kind, end - start, bits // 8, h * w)
         if code != STATUS_OK or colours == PLANE_MEMBER:
             pass  # a failed stream, or a palette member: nothing of its own to stage
         elif kind != KIND_CODED:
@@ -475,12 +472,10 @@ def decode_fast(data, stream_starts, stream_ends, items, tasks, ring_rows, out, 
     for channel in range(channels):
         stream = stream_id(items, tasks, task, item, channel)
         end = stream_ends[stream]
-        code, start, colours = open_stream(buf, stream_starts[stream], end, channel, stream_starts[stream - channel],
-                                           channels, bits // 8)
+        code, start, colours = plane_stream_status(buf, stream_starts[stream], end, channel,
+                                                   stream_starts[stream - channel], channels, bits // 8, h * w)
         if code == STATUS_OK and colours > 0:
             palette = (buf, stream_starts[stream], colours)
-        if code == STATUS_OK and colours != PLANE_MEMBER:
-            code = uncoded_stream_status(buf[start], end - start, bits // 8, h * w)
         codes[channel] = code
         plane_starts[channel] = -1 if colours == PLANE_MEMBER else start
         data_pos[channel] = (start + 1) * 8  # a coded stream's rows start after its kind byte

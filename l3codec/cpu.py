@@ -84,8 +84,7 @@ _INLINED = {
     "decode_rice_group", "decode_sparse_group", "decode_fast_row_residuals", "unpredict_row",
     "zigzag", "adapt", "appended", "appended_code", "appended_run",
     # the palette's helpers: each compiled apart cost about half a second of the first use
-    "colour_key", "hash_slot", "find_slot", "sort_keys", "tile_palette", "palette_indices", "palette_allowed",
-    "palette_may_pay", "palette_table_bytes", "write_palette_table", "write_palette_member", "open_stream",
+    "colour_key", "hash_slot", "find_slot", "sort_keys", "tile_palette", "palette_indices", "palette_may_pay", "palette_table_bytes", "write_palette_table", "write_palette_member", "open_stream",
     "palette_sample",
 }
 
@@ -339,10 +338,18 @@ def _keep_palettes(out, slot_bytes, sizes, index_out, index_sizes, counts, keys,
 
 
 @numba.njit(inline="always")
-def _open_plane(buf, starts, ends, stream, channels, bits):
-    """open_stream for stream (of channels per tile): (status, plane stream start, colours)."""
+def _open_plane(buf, starts, ends, stream, planes, grid, bits):
+    """A stream's plane up to its mode's own decoder: open_stream, then a constant or raw plane
+    stream decoded into the tile: (status, plane stream start, colours, coded), where coded says
+    the mode's decoder must take the plane stream at start."""
+    channels = planes.shape[0]
     channel = stream % channels
-    return open_stream(buf, starts[stream], ends[stream], channel, starts[stream - channel], channels, bits // 8)
+    code, start, colours = open_stream(buf, starts[stream], ends[stream], channel, starts[stream - channel], channels,
+                                       bits // 8)
+    coded = False
+    if code == fmt.STATUS_OK and colours != _PLANE_MEMBER:
+        code, coded = decode_uncoded(buf, start, ends[stream], _stream_tile(planes, stream, grid), bits)
+    return code, start, colours, coded
 
 
 @numba.njit
@@ -353,8 +360,8 @@ def _expand_palette(buf, start, colours, planes, stream, grid, bits):
     indices = _stream_tile(planes, stream, grid)
     table = np.empty(colours, planes.dtype)  # one channel of the colours: a gather per sample
     for channel in range(channels - 1, -1, -1):  # channel 0, which holds the indices, last
-        for colour in range(colours):
-            table[colour] = palette_sample(buf, start, colours, colour, channel, channels, bits // 8)
+        for entry in range(colours):  # (`colour` is the module)
+            table[entry] = palette_sample(buf, start, colours, entry, channel, channels, bits // 8)
         plane = _stream_tile(planes, stream + channel, grid)
         for row in range(plane.shape[0]):
             samples, row_indices = plane[row], indices[row]
@@ -367,14 +374,11 @@ def _expand_palette(buf, start, colours, planes, stream, grid, bits):
 def _decode_compact_streams(buf, starts, ends, stream_ids, planes, grid, bits, status, first, stop):
     for i in range(first, stop):
         stream = stream_ids[i]
-        code, start, colours = _open_plane(buf, starts, ends, stream, planes.shape[0], bits)
-        if code == fmt.STATUS_OK and colours != _PLANE_MEMBER:
-            tile = _stream_tile(planes, stream, grid)
-            code, coded = decode_uncoded(buf, start, ends[stream], tile, bits)
-            if coded:
-                code = decode_compact_stream(buf, start, ends[stream], tile, bits)
-            if code == fmt.STATUS_OK and colours > 0:
-                _expand_palette(buf, starts[stream], colours, planes, stream, grid, bits)
+        code, start, colours, coded = _open_plane(buf, starts, ends, stream, planes, grid, bits)
+        if coded:
+            code = decode_compact_stream(buf, start, ends[stream], _stream_tile(planes, stream, grid), bits)
+        if code == fmt.STATUS_OK and colours > 0:
+            _expand_palette(buf, starts[stream], colours, planes, stream, grid, bits)
         status[i] = code
 
 
@@ -382,14 +386,11 @@ def _decode_compact_streams(buf, starts, ends, stream_ids, planes, grid, bits, s
 def _decode_fast_streams(buf, starts, ends, stream_ids, planes, grid, bits, status, first, stop):
     for i in range(first, stop):
         stream = stream_ids[i]
-        code, start, colours = _open_plane(buf, starts, ends, stream, planes.shape[0], bits)
-        if code == fmt.STATUS_OK and colours != _PLANE_MEMBER:
-            tile = _stream_tile(planes, stream, grid)
-            code, coded = decode_uncoded(buf, start, ends[stream], tile, bits)
-            if coded:
-                code = decode_fast_stream(buf, start, ends[stream], tile, bits)
-            if code == fmt.STATUS_OK and colours > 0:
-                _expand_palette(buf, starts[stream], colours, planes, stream, grid, bits)
+        code, start, colours, coded = _open_plane(buf, starts, ends, stream, planes, grid, bits)
+        if coded:
+            code = decode_fast_stream(buf, start, ends[stream], _stream_tile(planes, stream, grid), bits)
+        if code == fmt.STATUS_OK and colours > 0:
+            _expand_palette(buf, starts[stream], colours, planes, stream, grid, bits)
         status[i] = code
 
 

@@ -20,8 +20,9 @@ import numpy as np
 MAGIC = b"L3IM"
 VERSION = 4
 # Every version-2 and version-3 file is a valid version-4 file (version 3 gave fast mode's group
-# code 0 its sparse meaning, version 4 added the palette stream kinds). Version 1 differs in its fast-mode stream (and had no transform 2): its
-# compact files still decode, its fast files are refused with this reason.
+# code 0 its sparse meaning, version 4 added the palette stream kinds). Version 1 differs in its
+# fast-mode stream (and had no transform 2): its compact files still decode, its fast files are
+# refused with this reason.
 FAST_V1_REFUSED = ("fast-mode files of L3 format version 1 are no longer decodable; "
                    "re-encode them from the source")
 

@@ -44,6 +44,16 @@ def open_stream(buf, start, end, channel, tile_start, channels, bytes_per_sample
 
 
 @device
+def plane_stream_status(buf, start, end, channel, tile_start, channels, bytes_per_sample, samples):
+    """open_stream, then the plane stream's own kind and size (uncoded_stream_status, samples in the
+    tile): (status, plane start, colours), for decoders that read the plane stream themselves."""
+    status, plane_start, colours = open_stream(buf, start, end, channel, tile_start, channels, bytes_per_sample)
+    if status == STATUS_OK and colours != PLANE_MEMBER:
+        status = uncoded_stream_status(buf[plane_start], end - plane_start, bytes_per_sample, samples)
+    return status, plane_start, colours
+
+
+@device
 def palette_sample(buf, start, colours, index, channel, channels, bytes_per_sample):
     """Channel `channel` of colour `index` of the palette stream at start, which holds `colours`
     colours. An index past the last colour selects the last (the encoder never writes one): every
