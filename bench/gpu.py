@@ -87,7 +87,7 @@ def compact_schedule(info: fmt.Info) -> tuple:
 
 
 def fast_schedule(info: fmt.Info, threads: int) -> tuple:
-    """(busy, issued, block steps) of the CUDA C fast kernel (kernels/fast.cu, format version 3): per
+    """(busy, issued, block steps) of the CUDA C fast kernel (kernels/fast.cu, format version 5): per
     row the head (the warps holding groups read the A bit, flags and headers, a lane per group), the
     unpack (a warp per group, each lane two samples; a Rice group's unary part ranked by its warp,
     counted as part of it), then the prediction (a thread per period of fast.PERIOD columns, every

@@ -1,4 +1,4 @@
-// `fast` mode GPU decoder (format version 3, l3codec/fast.py, docs/FORMAT.md §7): one block of
+// `fast` mode GPU decoder (format version 5, l3codec/fast.py, docs/FORMAT.md §7): one block of
 // FAST_THREADS threads per tile, the channels and rows of the tile in order, every row decoded
 // in parallel.
 //
@@ -10,9 +10,10 @@
 // groups of later warps add the earlier warps' totals). Then a warp per group: one load for the
 // group's fields and, for a Rice group, the unary part after them; lane i decodes samples 2i and
 // 2i + 1 (adjacent fields, one 32-bit window); a sparse group's lanes scatter its listed samples
-// into a per-warp table (one_at, zeroed first) and read their two back. The warp ranks the unary part's ones with popcounts
-// into a per-warp table (one_at[rank] = position), so sample i's quotient is
-// one_at[i] - one_at[i - 1] - 1. Row 0 is a delta along the row (warp 0, a warp scan of the
+// into a per-warp table (one_at, zeroed first) and read their two back; a bitmap group's lanes
+// take their two bits and rank them with a warp scan to find their values. The warp ranks the
+// unary part's ones with popcounts into a per-warp table (one_at[rank] = position), so sample i's
+// quotient is one_at[i] - one_at[i - 1] - 1. Row 0 is a delta along the row (warp 0, a warp scan of the
 // residuals, exact modulo 2**bits). Later rows: phase 0 (columns c % FAST_PERIOD == 0, from N) as the
 // residuals are staged, then a thread per period of FAST_PERIOD columns runs the other phases in
 // registers (predict_period).
@@ -34,12 +35,17 @@ enum : int {  // fast.py (tests/test_cuda_c.py checks them)
     FAST_SPARSE_CODE = 0,
     FAST_POSITION_BITS = 6,
     FAST_PHASES = 4,
+    FAST_FORM_SPARSE = 0,
+    FAST_FORM_PACKED = 1,
+    FAST_FORM_BITMAP = 2,
+    FAST_FORM_RICE = 3,
 };
 
 enum : int {
     FAST_PERIOD = 1 << (FAST_PHASES - 1),      // phase 0 predicts every FAST_PERIOD-th column from N
     FAST_ROW_GROUPS = 4096 / FAST_GROUP_SIZE,  // groups of the widest tile row (format.MAX_TILE_WIDTH)
-    FAST_CODE_SHIFT = 5,  // a group's table entry: code (5 bits), qsum, data offset
+    FAST_WIDTH_SHIFT = 2,  // a group's table entry: form (2 bits), width (5 bits), qsum, data offset
+    FAST_CODE_SHIFT = FAST_WIDTH_SHIFT + 5,
     FAST_OFFSET_SHIFT = FAST_CODE_SHIFT + FAST_QSUM_BITS,
 };
 static_assert(FAST_THREADS % FAST_GROUP_SIZE == 0, "a chunk of columns holds whole groups");
@@ -52,12 +58,30 @@ static_assert(FAST_ROW_GROUPS * ((1LL << FAST_QSUM_BITS) - 1) * (FAST_POSITION_B
               "a row's data offsets fit a group's table entry");
 static_assert(1 << FAST_POSITION_BITS == FAST_GROUP_SIZE, "a sparse position addresses its group");
 
-// fast.code_bits: a header's code, sparse (0), packed widths 1..bits then Rice parameters 0..fast.max_rice_k(bits) =
-// bits - 2, fills its field, so every code is legal
+// fast.code_bits: the short table (kind KIND_CODED), sparse (0), packed widths 1..bits then Rice parameters
+// 0..fast.max_rice_k(bits) = bits - 2, fills its field, so every code is legal; the extended table
+// (KIND_CODED_EXTENDED) has one more bit: bits codes per form, its last (Rice k = bits - 1) refused
 template <int BITS>
-L3_DEVICE constexpr int fast_code_bits() { return BITS == 8 ? 4 : 5; }
-static_assert((1 << fast_code_bits<8>()) - 1 - 8 - 1 == 8 - 2, "the largest code is the largest Rice parameter");
-static_assert((1 << fast_code_bits<16>()) - 1 - 16 - 1 == 16 - 2, "the largest code is the largest Rice parameter");
+L3_DEVICE constexpr int fast_code_bits(bool extended) { return (BITS == 8 ? 4 : 5) + (extended ? 1 : 0); }
+static_assert((1 << fast_code_bits<8>(false)) - 1 - 8 - 1 == 8 - 2, "the largest code is the largest Rice parameter");
+static_assert((1 << fast_code_bits<16>(false)) - 1 - 16 - 1 == 16 - 2, "the largest code is the largest Rice parameter");
+static_assert((1 << fast_code_bits<8>(true)) == 4 * 8 && (1 << fast_code_bits<16>(true)) == 4 * 16,
+              "the extended table: four forms of bits codes each");
+
+// fast.group_form: a code's form (FAST_FORM_*) in the low FAST_WIDTH_SHIFT bits, its width above them
+// (for the extended table: the code's quotient and remainder by BITS)
+template <int BITS, bool EXTENDED>
+L3_DEVICE unsigned fast_group_form(int code) {
+    int form, width;
+    if (!EXTENDED) {
+        form = code == FAST_SPARSE_CODE ? FAST_FORM_SPARSE : code <= BITS ? FAST_FORM_PACKED : FAST_FORM_RICE;
+        width = code == FAST_SPARSE_CODE ? BITS : code <= BITS ? code : code - BITS - 1;
+    } else {
+        form = code / BITS;
+        width = code % BITS + (form != FAST_FORM_RICE);
+    }
+    return (unsigned)form | ((unsigned)width << FAST_WIDTH_SHIFT);
+}
 
 // The fixed part of the dynamic shared memory (at most FAST_FIXED_BYTES; the staged rows follow).
 struct FastShared {
@@ -67,12 +91,15 @@ struct FastShared {
     int status[4];
     int source[4];  // SOURCE_*
     int value[4];   // the sample of a constant stream
+    int extended[4];  // a coded stream's group codes come from the extended table
+    int rows;         // the tile's rows (kept here, not in registers)
     long long row_data;  // the current row's first data bit (block-uniform, kept here, not in registers)
     long long row_end;   // its end
     long long size;      // where the item's file ends: reads stop there (kept here, not in registers)
     int scan[FAST_THREADS / 32];  // a row's data bits per warp of groups
-    // per group of the current row: (data bit offset << FAST_OFFSET_SHIFT) | (qsum << FAST_CODE_SHIFT) | code,
-    // the offset from the data of the group's warp (groups 32.. add scan[0]); 0 for an unflagged group
+    // per group of the current row: (data bit offset << FAST_OFFSET_SHIFT) | (qsum << FAST_CODE_SHIFT) |
+    // fast_group_form, the offset from the data of the group's warp (groups 32.. add scan[0]); 0 for an
+    // unflagged group (a sparse group of no samples)
     unsigned group[FAST_ROW_GROUPS];
     // per warp: the positions of its Rice group's ones in the unary part, by rank; or its sparse
     // group's samples
@@ -149,11 +176,11 @@ L3_UNROLL
 // thread calls it with the same arguments. Updates sh.data_pos, or on a bad row sh.status and
 // sh.source, as fast.decode_fast_stream does row by row (§7.2: the row's headers in the stream,
 // their qsums, the row's end, then its Rice values).
-template <typename T, int BITS>
+template <typename T, int BITS, bool EXTENDED>
 L3_DEVICE void decode_fast_row(const unsigned char* __restrict__ data, FastShared& sh, int channel, int r, int w,
                                T* row, const T* row_above) {
     const long long size = sh.size;
-    constexpr int code_bits = fast_code_bits<BITS>();
+    constexpr int code_bits = fast_code_bits<BITS>(EXTENDED);
     constexpr int header_bits = code_bits + FAST_QSUM_BITS;
     constexpr int mask = (1 << BITS) - 1;
     const int tid = threadIdx.x, lane = tid & 31, warp_first = tid & ~31;
@@ -181,18 +208,25 @@ L3_DEVICE void decode_fast_row(const unsigned char* __restrict__ data, FastShare
         int length = 0;
         if ((warp_flags >> lane) & 1) {
             const int code = (int)(fields & ((1u << code_bits) - 1));
+            const unsigned form_width = fast_group_form<BITS, EXTENDED>(code);
+            const int form = (int)(form_width & ((1u << FAST_WIDTH_SHIFT) - 1));
+            const int width = (int)(form_width >> FAST_WIDTH_SHIFT);
             const int qsum = (int)((fields >> code_bits) & ((1u << FAST_QSUM_BITS) - 1));
             const int n = min_of((int)FAST_GROUP_SIZE, w - tid * FAST_GROUP_SIZE);
-            if (code == FAST_SPARSE_CODE) {  // qsum listed samples, each a position and a value
+            if (form == FAST_FORM_SPARSE) {  // qsum listed samples, each a position and a value
                 bad = qsum > n;
-                length = qsum * (FAST_POSITION_BITS + BITS);
-            } else if (code <= BITS) {  // packed, code bits per sample; qsum unused
+                length = qsum * (FAST_POSITION_BITS + width);
+            } else if (form == FAST_FORM_PACKED) {  // width bits per sample; qsum unused
                 bad = qsum != 0;
-                length = n * code;
-            } else {  // Rice: n remainders of k bits, n ones and qsum zeros of unary
-                length = n * (code - BITS) + qsum;  // k = code - BITS - 1
+                length = n * width;
+            } else if (form == FAST_FORM_RICE) {  // n remainders of k = width bits, n ones and qsum zeros of unary
+                bad = width > BITS - 2;  // the extended table's last code
+                length = n * (width + 1) + qsum;
+            } else {  // bitmap: n bits, then qsum values
+                bad = qsum > n;
+                length = n + qsum * width;
             }
-            entry = ((unsigned)qsum << FAST_CODE_SHIFT) | (unsigned)code;
+            entry = ((unsigned)qsum << FAST_CODE_SHIFT) | form_width;
         }
         // data offsets within the warp; the group table's readers add the earlier warps' bits (sh.scan)
         const int inclusive = warp_inclusive_scan(length, lane);
@@ -215,27 +249,46 @@ L3_DEVICE void decode_fast_row(const unsigned char* __restrict__ data, FastShare
     unsigned short* one_at = sh.one_at[tid >> 5];
     for (int g = tid >> 5; g < groups; g += FAST_THREADS / 32) {  // warp-uniform
         const unsigned entry = sh.group[g];
-        const int code = (int)(entry & ((1u << FAST_CODE_SHIFT) - 1));
+        const int form = (int)(entry & ((1u << FAST_WIDTH_SHIFT) - 1));
+        // a packed field, a Rice remainder (k bits), a listed value; sparse and bitmap fields are read below
+        const int width = (int)((entry >> FAST_WIDTH_SHIFT) & ((1u << (FAST_CODE_SHIFT - FAST_WIDTH_SHIFT)) - 1));
         const int qsum = (int)((entry >> FAST_CODE_SHIFT) & ((1u << FAST_QSUM_BITS) - 1));
         const int n = min_of((int)FAST_GROUP_SIZE, w - g * FAST_GROUP_SIZE);
-        const bool rice = code > BITS;
-        // a packed field, or a Rice remainder (k bits); a sparse group's fields are read below
-        const int width = rice ? code - BITS - 1 : code;
-        // a sparse group's listed samples (an unflagged group: none); more than n is a bad header
+        const bool rice = form == FAST_FORM_RICE;
+        // a sparse or bitmap group's listed samples (an unflagged group: none); more than n is a bad header
         const int listed = min_of(qsum, n);
-        const bool sparse = code == FAST_SPARSE_CODE;
+        const bool sparse = form == FAST_FORM_SPARSE, bitmap = form == FAST_FORM_BITMAP;
         const long long first = row_data + (entry >> FAST_OFFSET_SHIFT) + (g >= 32 ? low_warp_bits : 0);
         const int unary_at = (int)(first & 31) + n * width;  // bit offsets from first & ~31
         const int unary_bits = rice ? n + qsum : 0;
-        const int data_bits = sparse ? listed * (FAST_POSITION_BITS + BITS) : n * width + unary_bits;
+        const int data_bits = sparse   ? listed * (FAST_POSITION_BITS + width)
+                              : bitmap ? n + listed * width
+                                       : n * width + unary_bits;
         unsigned word = 0, word2 = 0;
         if (data_bits != 0) {  // warp-uniform
             const long long end = first + data_bits;
             word = warp_load_words(data, size, first, end, lane);
             if (BITS == 16) word2 = warp_load_words(data, size, ((first >> 5) + 32) << 5, end, lane);
         }
-        const unsigned pair = group_bits<BITS>(word, word2, (int)(first & 31) + 2 * lane * width);
-        int mapped0 = (int)(pair & low_bits(width)), mapped1 = (int)((pair >> width) & low_bits(width));
+        const int field_width = sparse || bitmap ? 0 : width;  // a packed field or a Rice remainder
+        const unsigned pair = group_bits<BITS>(word, word2, (int)(first & 31) + 2 * lane * field_width);
+        int mapped0 = (int)(pair & low_bits(field_width));
+        int mapped1 = (int)((pair >> field_width) & low_bits(field_width));
+        if (EXTENDED && bitmap) {  // warp-uniform: samples 2i and 2i + 1 take their bits, ranked by a warp scan
+            const unsigned own = group_bits<BITS>(word, word2, (int)(first & 31) + 2 * lane) &
+                                 low_bits(min_of(2, n - 2 * lane));
+            const int ones = __popc(own);
+            const int after = warp_inclusive_scan(ones, lane);
+            const int rank = after - ones;
+            // the lane's values are adjacent (2 * width <= 32 bits); a rank past the listed values reads
+            // within the group's words and is never kept
+            const unsigned values = group_bits<BITS>(word, word2, (int)(first & 31) + n + min_of(rank, 63) * width);
+            const int rank1 = rank + (int)(own & 1);  // sample 2i + 1's, if listed
+            mapped0 = (own & 1) && rank < listed ? (int)(values & low_bits(width)) : 0;
+            mapped1 = (own & 2) && rank1 < listed ? (int)((values >> ((own & 1) * width)) & low_bits(width)) : 0;
+            // fast.decode_bitmap_group: exactly qsum bits set
+            corrupt |= (unsigned)(__shfl_sync(L3_FULL_MASK, after, 31) != qsum);
+        }
         const int sample = 2 * lane, col = g * FAST_GROUP_SIZE + sample;
         if (rice) {  // warp-uniform
             // the unary part, 32 bits at a time: lane i files the one at bit i under its rank, so
@@ -269,12 +322,14 @@ L3_DEVICE void decode_fast_row(const unsigned char* __restrict__ data, FastShare
             one_at[sample + 1] = 0;
             __syncwarp();  // the group is zero
             const int positions_at = (int)(first & 31), values_at = positions_at + listed * FAST_POSITION_BITS;
+            const int value_width = EXTENDED ? width : BITS;  // the short table's are BITS wide
+            const unsigned value_mask = low_bits(value_width);
             int previous = -1;  // the position of the entry before this lane's (entry 31's for entry 32)
 #pragma unroll 1
             for (int j = lane; j - lane < listed; j += 32) {  // warp-uniform: entry j's position and value
                 const int position =
                     (int)(group_bits<BITS>(word, word2, positions_at + j * FAST_POSITION_BITS) & (FAST_GROUP_SIZE - 1));
-                const int value = (int)(group_bits<BITS>(word, word2, values_at + j * BITS) & mask);
+                const int value = (int)(group_bits<BITS>(word, word2, values_at + j * value_width) & value_mask);
                 const int up = __shfl_up_sync(L3_FULL_MASK, position, 1);
                 if (lane > 0) previous = up;
                 if (j < listed) {
@@ -367,7 +422,6 @@ L3_DEVICE void decode_fast_tile(const unsigned char* __restrict__ data, long lon
     unsigned char* smem = l3_dynamic_shared();
     FastShared& sh = *reinterpret_cast<FastShared*>(smem);
     T* stage = reinterpret_cast<T*>(smem + FAST_FIXED_BYTES);  // [channel][ring][tile_width]
-    T* table = stage + (long long)ring * channels * tile_width;  // a palette tile's colours
 
     int colours = PLANE_OWN;  // thread 0: channel 0's palette colours and where its stream starts
     long long palette_stream = 0;
@@ -385,7 +439,7 @@ L3_DEVICE void decode_fast_tile(const unsigned char* __restrict__ data, long lon
             code = plane.status;
         } else if (colours == PLANE_MEMBER) {
             // channel 0 stages the tile's indices; this channel stages zeros the writer never reads
-        } else if (kind > KIND_RAW) {
+        } else if (kind > KIND_RAW && kind != KIND_CODED_EXTENDED) {
             code = STATUS_BAD_KIND;
         } else if (kind == KIND_CONSTANT) {
             if (end - start != 1 + (long long)sizeof(T)) code = STATUS_BAD_SIZE; else source = SOURCE_CONSTANT;
@@ -399,6 +453,7 @@ L3_DEVICE void decode_fast_tile(const unsigned char* __restrict__ data, long lon
         sh.status[tid] = code;
         sh.source[tid] = source;
         sh.value[tid] = source == SOURCE_CONSTANT ? (int)load_sample<T>(data, size, start + 1) : 0;
+        sh.extended[tid] = kind == KIND_CODED_EXTENDED;
     }
     if (tid == 0) {
         init_tile_writer(sh.writer, item, out, tile_y0, tile_x0, h, w, sizeof(T));
@@ -407,18 +462,22 @@ L3_DEVICE void decode_fast_tile(const unsigned char* __restrict__ data, long lon
             sh.writer.palette = palette_stream + PALETTE_HEADER_BYTES;
         }
         sh.size = size;
+        sh.rows = h;
     }
     __syncthreads();
 
-    for (int r0 = 0; r0 < h; r0 += band) {
-        const int r1 = min_of(h, r0 + band);
+    for (int r0 = 0; r0 < sh.rows; r0 += band) {
+        const int r1 = min_of(sh.rows, r0 + band);
         for (int channel = 0; channel < channels; ++channel) {
             T* plane = stage + channel * ring * tile_width;
             for (int r = r0; r < r1; ++r) {
                 T* row = plane + (r - r0 + 1) * tile_width;
                 const int source = sh.source[channel];  // block-uniform: changed only between barriers
                 if (source == SOURCE_CODED) {
-                    decode_fast_row<T, BITS>(data, sh, channel, r, w, row, row - tile_width);
+                    if (sh.extended[channel])  // block-uniform
+                        decode_fast_row<T, BITS, true>(data, sh, channel, r, w, row, row - tile_width);
+                    else
+                        decode_fast_row<T, BITS, false>(data, sh, channel, r, w, row, row - tile_width);
                 } else if (source == SOURCE_RAW) {
                     const long long base = (sh.data_pos[channel] >> 3) + (long long)r * w * (long long)sizeof(T);
                     for (int col = tid; col < w; col += FAST_THREADS)
@@ -430,14 +489,15 @@ L3_DEVICE void decode_fast_tile(const unsigned char* __restrict__ data, long lon
             }
         }
         __syncthreads();
-        if (r1 < h) {  // row 0 of the ring takes the band's last row, the row above the next band
+        if (r1 < sh.rows) {  // row 0 of the ring takes the band's last row, the row above the next band
             for (int channel = 0; channel < channels; ++channel) {
                 T* plane = stage + channel * ring * tile_width;
                 for (int col = tid; col < w; col += FAST_THREADS) plane[col] = plane[(r1 - r0) * tile_width + col];
             }
         }
         if (sh.writer.colours != 0) {  // block-uniform: a palette tile's indices become colours, but for the
-            if (r0 == 0) load_palette<T>(sh.writer, data, size, table, tid, FAST_THREADS);
+            T* table = stage + (long long)ring * channels * tile_width;  // a palette tile's colours
+            if (r0 == 0) load_palette<T>(sh.writer, data, sh.size, table, tid, FAST_THREADS);
             __syncthreads();           // copy in ring row 0, which the next band predicts from
             for (int i = tid; i < (r1 - r0) * w; i += FAST_THREADS)
                 expand_index<T>(sh.writer, table, stage + (1 + i / w) * tile_width + i % w, (long long)ring * tile_width);

@@ -54,6 +54,7 @@ enum : int {  // format.KIND_*
     KIND_RAW = 2,
     KIND_PALETTE = 3,
     KIND_PALETTE_MEMBER = 4,
+    KIND_CODED_EXTENDED = 5,
 };
 enum : int {
     PALETTE_HEADER_BYTES = 2,   // format.PALETTE_HEADER_BYTES: kind, colours - 1
@@ -131,7 +132,7 @@ enum : int {
     // a thread per group of the widest tile's row head (4096 / 64; fast.cu asserts it); the unpack
     // takes a warp per group, the prediction a thread per period of 8 columns
     FAST_THREADS = 128,
-    FAST_FIXED_BYTES = 976,  // sizeof(FastShared) rounded up to 16 (fast.cu asserts both)
+    FAST_FIXED_BYTES = 1008,  // sizeof(FastShared) rounded up to 16 (fast.cu asserts both)
     FAST_STAGE_BUDGET = 32768,  // bytes of staged rows aimed at; at least 2 rows are staged
 };
 

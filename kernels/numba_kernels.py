@@ -53,9 +53,11 @@ compact_stream_layout = _dev.compact_stream_layout
 compact_row_length = _dev.compact_row_length
 code_bits = _dev.code_bits
 header_bits = _dev.header_bits
+group_form = _dev.group_form
 group_data_bits = _dev.group_data_bits
 group_header_sound = _dev.group_header_sound
 sparse_entry = _dev.sparse_entry
+is_coded = _dev.is_coded
 groups_per_row = _dev.groups_per_row
 predict_between = _dev.predict_between
 unzigzag = _dev.unzigzag
@@ -91,10 +93,12 @@ I_OUT_OFFSET, I_OUT_PITCH = _ITEM["out_offset"], _ITEM["out_row_pitch"]
 T_ITEM, T_TILE_Y, T_TILE_X = 0, 1, 2
 
 KIND_CODED = fmt.KIND_CODED
+KIND_CODED_EXTENDED = fmt.KIND_CODED_EXTENDED
 PLANE_MEMBER = streams.PLANE_MEMBER
 STATUS_OK = fmt.STATUS_OK
 STATUS_BAD_SIZE = fmt.STATUS_BAD_SIZE
 STATUS_BAD_HEADER = fmt.STATUS_BAD_HEADER
+STATUS_BAD_KIND = fmt.STATUS_BAD_KIND
 STATUS_CORRUPT = fmt.STATUS_CORRUPT
 TRANSFORM_NONE = fmt.TRANSFORM_NONE
 STATE_SIZE = compact.STATE_SIZE
@@ -102,7 +106,9 @@ S_POS = compact.S_POS
 S_MAPPED = compact.S_MAPPED
 S_ERROR = compact.S_ERROR
 GROUP_SIZE = fast.GROUP_SIZE
-SPARSE_CODE = fast.SPARSE_CODE
+FORM_SPARSE = fast.FORM_SPARSE
+FORM_PACKED = fast.FORM_PACKED
+FORM_RICE = fast.FORM_RICE
 PHASES = fast.PHASES
 PERIOD = fast.PERIOD
 
@@ -286,6 +292,8 @@ def decode_compact(data, stream_starts, stream_ends, items, tasks, out, status):
         kind = data[start]
         if code != STATUS_OK or colours == PLANE_MEMBER:
             pass  # a failed stream, or a palette member: nothing of its own to stage
+        elif kind == KIND_CODED_EXTENDED:
+            code = STATUS_BAD_KIND  # fast mode's
         elif kind != KIND_CODED:
             raw_start = start
             raw_kind = kind
@@ -364,11 +372,11 @@ def decode_compact(data, stream_starts, stream_ends, items, tasks, out, status):
 
 
 @cuda.jit(device=True, inline="always")
-def row_headers(buf, pos, end_bit, width, bits, group_starts, group_codes, row_state):
+def row_headers(buf, pos, end_bit, width, bits, extended, group_starts, group_codes, row_state):
     """One thread's pass over a fast row's A bit, flags and headers (fast.decode_fast_row_residuals's checks, in
     its order, up to the row's end): group_starts/group_codes get each group's data bit position and
-    code | qsum << 8 (0, a sparse group of no samples, for an unflagged group); row_state gets the status of these
-    checks and the bit after the row."""
+    form | width << 3 | qsum << 8 (0, a sparse group of no samples, for an unflagged group); row_state gets the
+    status of these checks and the bit after the row."""
     row_state[0] = STATUS_OK
     row_state[1] = pos + 1
     groups = groups_per_row(width)
@@ -383,28 +391,35 @@ def row_headers(buf, pos, end_bit, width, bits, group_starts, group_codes, row_s
     for group in range(groups):
         flagged += read_bits(buf, pos + 1 + group, 1)
     header = pos + 1 + groups
-    data_pos = header + flagged * header_bits(bits)
+    data_pos = header + flagged * header_bits(bits, extended)
     if data_pos > end_bit:
         row_state[0] = STATUS_BAD_SIZE
         return
     for group in range(groups):
         group_codes[group] = 0
         if read_bits(buf, pos + 1 + group, 1) != 0:
-            fields = read_bits(buf, header, header_bits(bits))
-            header += header_bits(bits)
-            code = fields & ((1 << code_bits(bits)) - 1)
-            qsum = fields >> code_bits(bits)
+            fields = read_bits(buf, header, header_bits(bits, extended))
+            header += header_bits(bits, extended)
+            form, width_bits = group_form(fields & ((1 << code_bits(bits, extended)) - 1), bits, extended)
+            qsum = fields >> code_bits(bits, extended)
             count = min(GROUP_SIZE, width - group * GROUP_SIZE)
-            if not group_header_sound(code, qsum, count, bits):
+            if not group_header_sound(form, width_bits, qsum, count, bits):
                 row_state[0] = STATUS_BAD_HEADER
                 return
-            group_codes[group] = code | (qsum << 8)
+            group_codes[group] = form | (width_bits << 3) | (qsum << 8)
             group_starts[group] = data_pos
-            data_pos += group_data_bits(code, qsum, count, bits)
+            data_pos += group_data_bits(form, width_bits, qsum, count)
     if data_pos > end_bit:
         row_state[0] = STATUS_BAD_SIZE
         return
     row_state[1] = data_pos
+
+
+@cuda.jit(device=True, inline="always")
+def bit_count(buf, pos, count):
+    """The set bits among count (0..64) bits at bit pos."""
+    low = min(count, 32)
+    return cuda.popc(read_bits(buf, pos, low)) + cuda.popc(read_bits(buf, pos + low, count - low))
 
 
 @cuda.jit(device=True, inline="always")
@@ -491,7 +506,7 @@ def decode_fast(data, stream_starts, stream_ends, items, tasks, ring_rows, out, 
             if codes[channel] != STATUS_OK or start < 0:
                 continue  # block-uniform: every thread holds the same codes; a member has no plane of its own
             kind = buf[start]
-            if kind != KIND_CODED:
+            if not is_coded(kind):
                 for index in range(thread, (b1 - b0) * w, threads):
                     row = b0 + index // w
                     col = index % w
@@ -501,8 +516,8 @@ def decode_fast(data, stream_starts, stream_ends, items, tasks, ring_rows, out, 
                 continue
             for row in range(b0, b1):
                 if thread == 0:
-                    row_headers(buf, data_pos[channel], stream_ends[stream] * 8, w, bits, group_starts, group_codes,
-                                row_state)
+                    row_headers(buf, data_pos[channel], stream_ends[stream] * 8, w, bits, kind == KIND_CODED_EXTENDED,
+                                group_starts, group_codes, row_state)
                 cuda.syncthreads()
                 row_status = row_state[0]
                 row_end = row_state[1]
@@ -511,19 +526,28 @@ def decode_fast(data, stream_starts, stream_ends, items, tasks, ring_rows, out, 
                     for col in range(thread, w, threads):
                         group = col // GROUP_SIZE
                         lane = col - group * GROUP_SIZE
-                        code = group_codes[group] & 255
+                        form = group_codes[group] & 7
+                        width_bits = (group_codes[group] >> 3) & 31
                         qsum = group_codes[group] >> 8
                         pos = group_starts[group]
-                        if code == SPARSE_CODE:
+                        count = min(GROUP_SIZE, w - group * GROUP_SIZE)
+                        if form == FORM_SPARSE:
                             mapped = 0  # its listed samples are scattered below
-                        elif code <= bits:
-                            mapped = read_bits(buf, pos + lane * code, code)
-                        else:
-                            k = code - bits - 1
-                            count = min(GROUP_SIZE, w - group * GROUP_SIZE)
+                        elif form == FORM_PACKED:
+                            mapped = read_bits(buf, pos + lane * width_bits, width_bits)
+                        elif form == FORM_RICE:
+                            k = width_bits
                             quotient, sound = unary_quotient(buf, pos + count * k, count + qsum, count, lane)
                             mapped = read_bits(buf, pos + lane * k, k) + (quotient << k)
                             if not sound or mapped >> bits != 0:
+                                corrupt = 1
+                        else:  # bitmap: a set bit's value is the rank-th, rank = the set bits before it
+                            mapped = 0
+                            if read_bits(buf, pos + lane, 1) != 0:
+                                rank = bit_count(buf, pos, lane)
+                                if rank < qsum:  # more set bits than values is caught below
+                                    mapped = read_bits(buf, pos + count + rank * width_bits, width_bits)
+                            if lane == 0 and bit_count(buf, pos, count) != qsum:
                                 corrupt = 1
                         stage[staged(channel, row, col, ring)] = mapped & mask
                 cuda.syncthreads()  # sparse groups' zeros are in place
@@ -532,9 +556,11 @@ def decode_fast(data, stream_starts, stream_ends, items, tasks, ring_rows, out, 
                         group = col // GROUP_SIZE
                         lane = col - group * GROUP_SIZE
                         size = group_codes[group] >> 8
-                        if group_codes[group] & 255 == SPARSE_CODE and lane < size:
+                        if group_codes[group] & 7 == FORM_SPARSE and lane < size:
                             count = min(GROUP_SIZE, w - group * GROUP_SIZE)
-                            position, value, sound = sparse_entry(buf, group_starts[group], size, lane, count, bits)
+                            width_bits = (group_codes[group] >> 3) & 31
+                            position, value, sound = sparse_entry(buf, group_starts[group], size, lane, count,
+                                                                  width_bits)
                             if sound:
                                 stage[staged(channel, row, group * GROUP_SIZE + position, ring)] = value
                             else:
@@ -553,7 +579,7 @@ def decode_fast(data, stream_starts, stream_ends, items, tasks, ring_rows, out, 
     for channel in range(channels):
         code = codes[channel]
         stream = stream_id(items, tasks, task, item, channel)
-        if code == STATUS_OK and plane_starts[channel] >= 0 and buf[plane_starts[channel]] == KIND_CODED:
+        if code == STATUS_OK and plane_starts[channel] >= 0 and is_coded(buf[plane_starts[channel]]):
             if (data_pos[channel] + 7) // 8 != stream_ends[stream]:
                 code = STATUS_BAD_SIZE  # the stream ends in the byte holding its last bit
         if thread == 0:

@@ -17,7 +17,7 @@ from .bitio import (
     PEEK_BITS, W_ACC, W_LIMIT, W_NACC, W_POS, WRITER_STATE_SIZE, appended, bit_length, peek_window, put_bits, read_bits,
     trailing_zeros, writer_flush, writer_init,
 )
-from .format import KIND_CODED, STATUS_BAD_HEADER, STATUS_BAD_SIZE, STATUS_CORRUPT, STATUS_OK
+from .format import KIND_CODED, STATUS_BAD_HEADER, STATUS_BAD_KIND, STATUS_BAD_SIZE, STATUS_CORRUPT, STATUS_OK
 from .jit import device
 from .streams import constant_value, encode_uncoded
 
@@ -643,6 +643,8 @@ def encode_compact_stream(tile, bits, out, start):
 def decode_compact_stream(buf, start, end, tile, bits):
     """Decode a coded compact stream (its kind and size checked) into tile, row by row; returns its status."""
     height, width = tile.shape
+    if buf[start] != KIND_CODED:  # fast mode's extended kind
+        return STATUS_BAD_KIND
     status, run_index, k_nibbles, length_bits, table_pos, pos = compact_stream_layout(buf, start, end, height)
     if status != STATUS_OK:
         return status

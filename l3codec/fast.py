@@ -1,12 +1,14 @@
-"""`fast` mode (format version 3): row-parallel prediction, per-group packed, Rice or sparse residuals.
+"""`fast` mode (format version 5): row-parallel prediction, per-group packed, Rice or sparse residuals.
 
 Row 0 of a tile is delta-coded along the row. Every later row is predicted in PHASES phases
 from the row above and from samples of its own row decoded in earlier phases, so all samples
 of a phase decode in parallel. A row's mapped residuals are cut into groups of GROUP_SIZE:
 the row starts with one bit (any residual non-zero?), then one flag per group (non-zero?),
-then a header per flagged group (a code: sparse, packed width or Rice parameter; and a count:
-the group's non-zero samples if sparse, else the sum of its Rice quotients), then the flagged
-groups' data. Every group's bit offset follows from the headers alone, by a prefix sum. docs/FORMAT.md §7 is the specification.
+then a header per flagged group (a code: the group's form and width; and a count: the group's
+listed samples if sparse or bitmap, else the sum of its Rice quotients), then the flagged
+groups' data. Every group's bit offset follows from the headers alone, by a prefix sum.
+A coded stream of kind KIND_CODED takes the short code table (versions 2-4), one of kind
+KIND_CODED_EXTENDED the extended one (version 5). docs/FORMAT.md §7 is the specification.
 """
 
 import numpy as np
@@ -14,34 +16,65 @@ import numpy as np
 from .bitio import PEEK_BITS, W_POS, WRITER_STATE_SIZE, bit_length, peek_window, put_bits, read_bits, \
     trailing_zeros, writer_flush, writer_init
 from .compact import med, unzigzag, zigzag
-from .format import KIND_CODED, STATUS_BAD_HEADER, STATUS_BAD_SIZE, STATUS_CORRUPT, STATUS_OK
+from .format import KIND_CODED_EXTENDED, STATUS_BAD_HEADER, STATUS_BAD_SIZE, STATUS_CORRUPT, STATUS_OK
 from .jit import device
 from .streams import constant_value, encode_uncoded
 
-# ---- Frozen constants of format version 3 (docs/FORMAT.md §7.4). Changing one changes the format.
+# ---- Frozen constants (docs/FORMAT.md §7.4). Changing one changes the format.
 GROUP_SIZE = 64  # samples per group; the last group of a row may hold fewer
 QSUM_BITS = 7  # bits of a header's count: a Rice group's quotient sum (at most 127), a sparse group's size
-SPARSE_CODE = 0  # code of a sparse group (format version 3; version 2 allowed it only with qsum 0)
 POSITION_BITS = 6  # a sparse sample's column within its group: GROUP_SIZE == 2**POSITION_BITS
 PHASES = 4  # prediction phases of rows >= 1
 PERIOD = 1 << (PHASES - 1)  # phase 0 takes every PERIOD-th column from the row above
 
+# A flagged group's form: how its data holds its samples (its width: a field's or value's bits, or k).
+# In the extended table, a code's form is its quotient by bits (sparse, packed, bitmap, Rice) and
+# its width follows from the remainder.
+FORM_SPARSE = 0  # count positions of POSITION_BITS, then count values of width bits
+FORM_PACKED = 1  # one field of width bits per sample
+FORM_BITMAP = 2  # one bit per sample (1: listed), then count values of width bits (extended codes only)
+FORM_RICE = 3  # one remainder of k = width bits per sample, then the unary part (count + qsum bits)
+SPARSE_CODE = 0  # the short table's sparse code (version 3; version 2 allowed it only with qsum 0)
+
 
 @device
-def code_bits(bits):
-    """Bits of a group's code: sparse (0), packed widths 1..bits, then Rice parameters 0..max_rice_k(bits)."""
+def code_bits(bits, extended):
+    """Bits of a group's code. Short table: sparse (0), packed widths 1..bits, then Rice parameters
+    0..max_rice_k(bits); extended: sparse and bitmap groups also take a value width (group_form)."""
+    if extended:
+        return 5 if bits == 8 else 6
     return 4 if bits == 8 else 5
 
 
 @device
 def max_rice_k(bits):
-    """The largest Rice parameter: every code up to 2**code_bits - 1 is legal."""
+    """The largest Rice parameter: every short code up to 2**code_bits - 1 is legal."""
     return bits - 2
 
 
 @device
-def header_bits(bits):
-    return code_bits(bits) + QSUM_BITS
+def header_bits(bits, extended):
+    return code_bits(bits, extended) + QSUM_BITS
+
+
+@device
+def group_form(code, bits, extended):
+    """(form, width) of a group code. Extended: sparse, packed and bitmap widths 1..bits, then Rice
+    k = 0..bits-1, of which the last is no parameter (group_header_sound)."""
+    if not extended:
+        if code == SPARSE_CODE:
+            return FORM_SPARSE, bits
+        if code <= bits:
+            return FORM_PACKED, code
+        return FORM_RICE, code - bits - 1
+    form = code >> (3 + (bits >> 4))  # code // bits, bits 8 or 16
+    return form, (code & (bits - 1)) + (form != FORM_RICE)
+
+
+@device
+def extended_code(form, width, bits):
+    """The extended table's code of (form, width): group_form's inverse."""
+    return form * bits + width - (form != FORM_RICE)
 
 
 @device
@@ -50,14 +83,17 @@ def groups_per_row(width):
 
 
 @device
-def group_data_bits(code, qsum, count, bits):
+def group_data_bits(form, width, qsum, count):
     """Data bits of a flagged group of count samples: sparse qsum positions and values, packed
-    count * width, or Rice count remainders of k bits plus count + qsum unary bits (k + 1 = code - bits)."""
-    if code == SPARSE_CODE:
-        return qsum * (POSITION_BITS + bits)
-    if code <= bits:
-        return count * code
-    return count * (code - bits) + qsum
+    count * width, Rice count remainders of k = width bits plus count + qsum unary bits, or bitmap
+    count bits plus qsum values."""
+    if form == FORM_SPARSE:
+        return qsum * (POSITION_BITS + width)
+    if form == FORM_PACKED:
+        return count * width
+    if form == FORM_RICE:
+        return count * (width + 1) + qsum
+    return count + qsum * width
 
 
 # ---------------------------------------------------------------- prediction
@@ -201,44 +237,70 @@ def decode_rice_group(buf, pos, values, col, count, k, qsum, bits):
 
 
 @device
-def group_header_sound(code, qsum, count, bits):
+def group_header_sound(form, width, qsum, count, bits):
     """False for a header no stream may hold (docs/FORMAT.md §7.2 check 3): a packed group with
-    quotients, or a sparse group listing more samples than its count."""
-    if code == SPARSE_CODE:
-        return qsum <= count
-    return code > bits or qsum == 0
+    quotients, a sparse or bitmap group listing more samples than its count, or the extended table's
+    last code (a Rice k past max_rice_k)."""
+    if form == FORM_RICE:
+        return width <= max_rice_k(bits)
+    if form == FORM_PACKED:
+        return qsum == 0
+    return qsum <= count
 
 
 @device
-def sparse_entry(buf, pos, size, index, count, bits):
-    """(position, value, sound) of entry index of the sparse group at pos with size entries and count
-    samples: sound unless its position is not above the entry before's or not below count."""
+def sparse_entry(buf, pos, size, index, count, width):
+    """(position, value, sound) of entry index of the sparse group at pos with size entries of width-bit
+    values and count samples: sound unless its position is not above the entry before's or not below count."""
     position = read_bits(buf, pos + index * POSITION_BITS, POSITION_BITS)
     previous = np.int64(-1)
     if index > 0:
         previous = read_bits(buf, pos + (index - 1) * POSITION_BITS, POSITION_BITS)
-    value = read_bits(buf, pos + size * POSITION_BITS + index * bits, bits)
+    value = read_bits(buf, pos + size * POSITION_BITS + index * width, width)
     return position, value, previous < position and position < count
 
 
 @device
-def decode_sparse_group(buf, pos, values, col, count, size, bits):
-    """Decode a sparse group at pos (size positions, then size values) into values[col:col+count].
-    False unless its positions rise strictly and lie below count."""
+def decode_sparse_group(buf, pos, values, col, count, size, width):
+    """Decode a sparse group at pos (size positions, then size values of width bits) into
+    values[col:col+count]. False unless its positions rise strictly and lie below count."""
     for c in range(col, col + count):
         values[c] = 0
     for index in range(size):
-        position, value, sound = sparse_entry(buf, pos, size, index, count, bits)
+        position, value, sound = sparse_entry(buf, pos, size, index, count, width)
         if not sound:
             return False
         values[col + position] = value
     return True
 
 
+BITMAP_CHUNK = 48  # bitmap bits decode_bitmap_group takes per window (<= PEEK_BITS)
+
+
 @device
-def decode_fast_row_residuals(buf, pos, end_bit, values, width, bits):
-    """Decode the mapped residuals of the row at bit pos into values; returns (status, bit position
-    after the row)."""
+def decode_bitmap_group(buf, pos, values, col, count, size, width):
+    """Decode a bitmap group at pos (count bits, then size values of width bits, one per set bit in
+    column order) into values[col:col+count]. False unless exactly size bits are set."""
+    listed = 0
+    values_pos = pos + count
+    for chunk in range(0, count, BITMAP_CHUNK):
+        word = peek_window(buf, pos + chunk) & ((np.int64(1) << min(BITMAP_CHUNK, count - chunk)) - 1)
+        for c in range(col + chunk, col + min(count, chunk + BITMAP_CHUNK)):
+            values[c] = 0
+        while word != 0:
+            if listed == size:  # more set bits than listed values
+                return False
+            values[col + chunk + trailing_zeros(word, BITMAP_CHUNK)] = read_bits(buf, values_pos + listed * width,
+                                                                                  width)
+            listed += 1
+            word &= word - 1
+    return listed == size
+
+
+@device
+def decode_fast_row_residuals(buf, pos, end_bit, values, width, bits, extended):
+    """Decode the mapped residuals of the row at bit pos into values, its group codes from the
+    extended table or not; returns (status, bit position after the row)."""
     if pos + 1 > end_bit:
         return STATUS_BAD_SIZE, pos
     if read_bits(buf, pos, 1) == 0:  # every residual 0
@@ -251,8 +313,8 @@ def decode_fast_row_residuals(buf, pos, end_bit, values, width, bits):
     for group in range(groups):
         flagged += read_bits(buf, flag_pos + group, 1)
     header_pos = flag_pos + groups
-    size_of_header = header_bits(bits)
-    field_mask = (np.int64(1) << code_bits(bits)) - 1
+    size_of_header = header_bits(bits, extended)
+    field_mask = (np.int64(1) << code_bits(bits, extended)) - 1
     data_pos = header_pos + flagged * size_of_header
     if data_pos > end_bit:
         return STATUS_BAD_SIZE, pos
@@ -261,12 +323,12 @@ def decode_fast_row_residuals(buf, pos, end_bit, values, width, bits):
     for group in range(groups):
         if read_bits(buf, flag_pos + group, 1) != 0:
             fields = read_bits(buf, header, size_of_header)
-            code = fields & field_mask
-            qsum = fields >> code_bits(bits)
+            form, group_width = group_form(fields & field_mask, bits, extended)
+            qsum = fields >> code_bits(bits, extended)
             count = min(GROUP_SIZE, width - group * GROUP_SIZE)
-            if not group_header_sound(code, qsum, count, bits):
+            if not group_header_sound(form, group_width, qsum, count, bits):
                 return STATUS_BAD_HEADER, pos
-            row_end += group_data_bits(code, qsum, count, bits)
+            row_end += group_data_bits(form, group_width, qsum, count)
             header += size_of_header
     if row_end > end_bit:
         return STATUS_BAD_SIZE, pos
@@ -280,20 +342,19 @@ def decode_fast_row_residuals(buf, pos, end_bit, values, width, bits):
             continue
         fields = read_bits(buf, header, size_of_header)
         header += size_of_header
-        code = fields & field_mask
-        qsum = fields >> code_bits(bits)
-        if code == SPARSE_CODE:
-            if not decode_sparse_group(buf, data_pos, values, col, count, qsum, bits):
+        form, group_width = group_form(fields & field_mask, bits, extended)
+        qsum = fields >> code_bits(bits, extended)
+        if form == FORM_SPARSE:
+            if not decode_sparse_group(buf, data_pos, values, col, count, qsum, group_width):
                 return STATUS_CORRUPT, pos
-            data_pos += group_data_bits(code, qsum, count, bits)
-        elif code <= bits:
-            unpack_samples(buf, data_pos, values, col, count, code)
-            data_pos += count * code
-        else:
-            k = code - bits - 1
-            if not decode_rice_group(buf, data_pos, values, col, count, k, qsum, bits):
+        elif form == FORM_PACKED:
+            unpack_samples(buf, data_pos, values, col, count, group_width)
+        elif form == FORM_RICE:
+            if not decode_rice_group(buf, data_pos, values, col, count, group_width, qsum, bits):
                 return STATUS_CORRUPT, pos
-            data_pos += count * (k + 1) + qsum
+        elif not decode_bitmap_group(buf, data_pos, values, col, count, qsum, group_width):
+            return STATUS_CORRUPT, pos
+        data_pos += group_data_bits(form, group_width, qsum, count)
     return STATUS_OK, row_end
 
 
@@ -303,9 +364,10 @@ def decode_fast_stream(buf, start, end, tile, bits):
     height, width = tile.shape
     residuals = np.zeros(width, np.int64)
     rows = np.zeros((2, PERIOD, (width + PERIOD - 1) // PERIOD), np.int64)  # this row and the one above
+    extended = buf[start] == KIND_CODED_EXTENDED
     pos = (start + 1) * 8
     for row in range(height):
-        status, pos = decode_fast_row_residuals(buf, pos, end * 8, residuals, width, bits)
+        status, pos = decode_fast_row_residuals(buf, pos, end * 8, residuals, width, bits, extended)
         if status != STATUS_OK:
             return status
         current = rows[row & 1]
@@ -322,27 +384,28 @@ def decode_fast_stream(buf, start, end, tile, bits):
 
 @device
 def choose_group_code(mapped, first, count, bits):
-    """(code, qsum) of the cheapest coding of the non-zero group mapped[first:first+count]:
-    packed at the width of its largest value, the Rice k whose qsum fits QSUM_BITS, or sparse;
-    ties go to packing, then to the smaller k, then to sparse."""
+    """(extended code, qsum) of the cheapest coding of the non-zero group mapped[first:first+count]:
+    packed at the width of its largest value, the Rice k whose qsum fits QSUM_BITS, sparse or
+    bitmap with values of that width; ties go to packing, then to the smaller k, then to sparse."""
     largest = 0
     nonzero = 0
     for col in range(first, first + count):
         largest = max(largest, mapped[col])
         nonzero += mapped[col] != 0
-    best_code = bit_length(largest)
-    best_cost = count * best_code
-    best_qsum = 0
-    for k in range(min(max_rice_k(bits), best_code - 1) + 1):  # from k = width on, packing is cheaper
+    width = bit_length(largest)
+    best_form, best_width, best_cost, best_qsum = FORM_PACKED, width, count * width, 0
+    for k in range(min(max_rice_k(bits), width - 1) + 1):  # from k = width on, packing is cheaper
         qsum = 0
         for col in range(first, first + count):
             qsum += mapped[col] >> k
         cost = count * (k + 1) + qsum
         if qsum < (1 << QSUM_BITS) and cost < best_cost:
-            best_code, best_cost, best_qsum = bits + 1 + k, cost, qsum
-    if nonzero * (POSITION_BITS + bits) < best_cost:
-        return SPARSE_CODE, nonzero
-    return best_code, best_qsum
+            best_form, best_width, best_cost, best_qsum = FORM_RICE, k, cost, qsum
+    if nonzero * (POSITION_BITS + width) < best_cost:
+        best_form, best_width, best_cost, best_qsum = FORM_SPARSE, width, nonzero * (POSITION_BITS + width), nonzero
+    if count + nonzero * width < best_cost:
+        best_form, best_width, best_qsum = FORM_BITMAP, width, nonzero
+    return extended_code(best_form, best_width, bits), best_qsum
 
 
 @device
@@ -356,7 +419,7 @@ def put_unary(out, writer, quotient):
 
 @device
 def encode_fast_row(tile, row, width, bits, out, writer, mapped, codes, qsums):
-    """Append row's bits: the any bit, group flags, headers, then each flagged group's data."""
+    """Append row's bits: the any bit, group flags, headers (extended codes), then each flagged group's data."""
     flagged = 0
     for col in range(width):
         mapped[col] = zigzag(np.int64(tile[row, col]) - predict(tile, row, col, width, bits), bits)
@@ -378,30 +441,30 @@ def encode_fast_row(tile, row, width, bits, out, writer, mapped, codes, qsums):
         put_bits(out, writer, 1 if codes[group] >= 0 else 0, 1)
     for group in range(groups):
         if codes[group] >= 0:
-            put_bits(out, writer, codes[group] | (qsums[group] << code_bits(bits)), header_bits(bits))
+            put_bits(out, writer, codes[group] | (qsums[group] << code_bits(bits, True)), header_bits(bits, True))
     for group in range(groups):
-        code = codes[group]
+        if codes[group] < 0:
+            continue
+        form, group_width = group_form(codes[group], bits, True)
         first = group * GROUP_SIZE
         last = min(width, first + GROUP_SIZE)
-        if code < 0:
-            continue
-        if code == SPARSE_CODE:
+        if form == FORM_SPARSE or form == FORM_BITMAP:
             for col in range(first, last):
-                if mapped[col] != 0:
+                if form == FORM_BITMAP:
+                    put_bits(out, writer, 1 if mapped[col] != 0 else 0, 1)
+                elif mapped[col] != 0:
                     put_bits(out, writer, col - first, POSITION_BITS)
             for col in range(first, last):
                 if mapped[col] != 0:
-                    put_bits(out, writer, mapped[col], bits)
-            continue
-        if code <= bits:
+                    put_bits(out, writer, mapped[col], group_width)
+        elif form == FORM_PACKED:
             for col in range(first, last):
-                put_bits(out, writer, mapped[col], code)
-            continue
-        k = code - bits - 1
-        for col in range(first, last):
-            put_bits(out, writer, mapped[col] & ((np.int64(1) << k) - 1), k)
-        for col in range(first, last):
-            put_unary(out, writer, mapped[col] >> k)
+                put_bits(out, writer, mapped[col], group_width)
+        else:
+            for col in range(first, last):
+                put_bits(out, writer, mapped[col] & ((np.int64(1) << group_width) - 1), group_width)
+            for col in range(first, last):
+                put_unary(out, writer, mapped[col] >> group_width)
 
 
 @device
@@ -426,5 +489,5 @@ def encode_fast_stream(tile, bits, out, start):
     end = writer_flush(out, writer)
     if end >= limit:
         return encode_uncoded(tile, bits, out, start, -1)
-    out[start] = KIND_CODED
+    out[start] = KIND_CODED_EXTENDED
     return end - start

@@ -18,9 +18,10 @@ from dataclasses import dataclass
 import numpy as np
 
 MAGIC = b"L3IM"
-VERSION = 4
-# Every version-2 and version-3 file is a valid version-4 file (version 3 gave fast mode's group
-# code 0 its sparse meaning, version 4 added the palette stream kinds). Version 1 differs in its
+VERSION = 5
+# Every version-2, -3 and -4 file is a valid version-5 file (version 3 gave fast mode's group
+# code 0 its sparse meaning, version 4 added the palette stream kinds, version 5 the fast coded
+# stream with the extended group codes). Version 1 differs in its
 # fast-mode stream (and had no transform 2): its compact files still decode, its fast files are
 # refused with this reason.
 FAST_V1_REFUSED = ("fast-mode files of L3 format version 1 are no longer decodable; "
@@ -41,6 +42,7 @@ KIND_CODED = 1
 KIND_RAW = 2
 KIND_PALETTE = 3  # a tile's channel-0 stream: a colour table, then the tile's index plane (version 4)
 KIND_PALETTE_MEMBER = 4  # channels 1.. of a palette tile: one byte, the pixels come from channel 0
+KIND_CODED_EXTENDED = 5  # fast mode: a coded stream whose groups take the extended codes (version 5)
 PALETTE_MAX_COLOURS = 256  # the count byte holds colours - 1
 PALETTE_HEADER_BYTES = 2  # kind, colours - 1
 
@@ -229,8 +231,8 @@ def parse_header(data) -> tuple:
         raise L3Error(f"truncated: {buf.size} bytes is shorter than the {HEADER_SIZE}-byte header")
     header = buf[:HEADER_SIZE].view(HEADER_DTYPE)[0]
     version = int(header["version"])
-    if version not in (1, 2, 3, VERSION):
-        raise L3Error(f"unsupported L3 version {version} (this decoder reads 1 (compact only), 2, 3 and {VERSION})")
+    if version not in (1, 2, 3, 4, VERSION):
+        raise L3Error(f"unsupported L3 version {version} (this decoder reads 1 (compact only), 2, 3, 4 and {VERSION})")
     if header["header_size"] != HEADER_SIZE:
         raise L3Error(f"header size {header['header_size']} != {HEADER_SIZE}")
     width, height = int(header["width"]), int(header["height"])
@@ -326,7 +328,7 @@ STATUS_BAD_SIZE = 2
 STATUS_BAD_HEADER = 3
 STATUS_CORRUPT = 4
 STATUS_MESSAGES = {
-    STATUS_BAD_KIND: "unknown stream kind, or a palette kind out of place",
+    STATUS_BAD_KIND: "unknown stream kind, a kind the file's mode lacks, or a palette kind out of place",
     STATUS_BAD_SIZE: "stream size does not match its contents",
     STATUS_BAD_HEADER: "stream header out of range",
     STATUS_CORRUPT: "bitstream does not decode to its recorded lengths or to valid samples",

@@ -7,7 +7,7 @@ every decoder accepts and rejects exactly the same streams.
 
 import numpy as np
 
-from .format import (KIND_CODED, KIND_CONSTANT, KIND_PALETTE, KIND_PALETTE_MEMBER, KIND_RAW, PALETTE_HEADER_BYTES,
+from .format import (KIND_CODED, KIND_CODED_EXTENDED, KIND_CONSTANT, KIND_PALETTE, KIND_PALETTE_MEMBER, KIND_RAW, PALETTE_HEADER_BYTES,
                      STATUS_BAD_KIND, STATUS_BAD_SIZE, STATUS_OK)
 from .jit import device
 
@@ -18,7 +18,7 @@ PLANE_MEMBER = -1  # ... for a palette member: the tile's channel-0 stream write
 @device
 def open_stream(buf, start, end, channel, tile_start, channels, bytes_per_sample):
     """Where a tile-channel's plane stream begins: (status, plane start, colours). tile_start is the
-    start of the tile's channel-0 stream. colours is PLANE_OWN for kinds 0-2 (the plane stream is the
+    start of the tile's channel-0 stream. colours is PLANE_OWN for kinds 0-2 and 5 (the plane stream is the
     stream); for a palette stream (kind 3, channel 0 only) the palette's colour count, its table at
     start + PALETTE_HEADER_BYTES and its index plane's stream after the table; PLANE_MEMBER for a
     palette member (kind 4: channels 1.. of a palette tile, one byte, nothing of its own to decode)."""
@@ -31,7 +31,7 @@ def open_stream(buf, start, end, channel, tile_start, channels, bytes_per_sample
     if in_palette_tile:  # a palette tile's other channels are members, nothing else
         return STATUS_BAD_KIND, start, PLANE_OWN
     if kind != KIND_PALETTE:
-        return STATUS_OK, start, PLANE_OWN  # kinds 0-2, or a bad kind that uncoded_stream_status reports
+        return STATUS_OK, start, PLANE_OWN  # kinds 0-2 and 5, or a bad kind that uncoded_stream_status reports
     if channel != 0:
         return STATUS_BAD_KIND, start, PLANE_OWN
     if end - start < PALETTE_HEADER_BYTES:
@@ -79,9 +79,16 @@ def uncoded_stream_status(kind, size, bytes_per_sample, samples):
         return STATUS_OK if size == 1 + bytes_per_sample else STATUS_BAD_SIZE
     if kind == KIND_RAW:
         return STATUS_OK if size == 1 + bytes_per_sample * samples else STATUS_BAD_SIZE
-    if kind == KIND_CODED:
+    if is_coded(kind):
         return STATUS_OK
     return STATUS_BAD_KIND
+
+
+@device
+def is_coded(kind):
+    """A stream its mode's own decoder reads: every mode's coded kind, and fast mode's extended one
+    (a compact decoder refuses the latter itself)."""
+    return kind == KIND_CODED or kind == KIND_CODED_EXTENDED
 
 
 @device
@@ -138,7 +145,7 @@ def decode_uncoded(buf, start, end, tile, bits):
     height, width = tile.shape
     kind = buf[start]
     status = uncoded_stream_status(kind, end - start, bits // 8, height * width)
-    if status != STATUS_OK or kind == KIND_CODED:
+    if status != STATUS_OK or is_coded(kind):
         return status, status == STATUS_OK
     for row in range(height):
         for col in range(width):

@@ -4,6 +4,7 @@ import zlib
 
 import numpy as np
 
+from l3codec import fast as fast_codec
 from l3codec import format as fmt
 
 
@@ -150,12 +151,32 @@ def sparse_group(positions, values, bits=8, *, size=None):
     return 0, len(positions) if size is None else size, data
 
 
-def fast_row(groups, bits=8) -> list:
+def extended(group, form, width, bits=8):
+    """A group of the helpers above with its code from the extended table (kind 5), as (form, width)."""
+    return fast_codec.extended_code(form, width, bits), group[1], group[2]
+
+
+def narrow_sparse_group(positions, values, width):
+    """(extended code, qsum, data bits) of a sparse group whose values take width bits."""
+    data = [bit for position in positions for bit in field(position, 6)]
+    data += [bit for value in values for bit in field(value, width)]
+    return fast_codec.extended_code(fast_codec.FORM_SPARSE, width, 8), len(positions), data
+
+
+def bitmap_group(values, width, *, count=None, size=None):
+    """(extended code, qsum, data bits) of a bitmap group over values (zeros unlisted); count
+    overrides the bitmap's length, size the header's listed count."""
+    listed = [value for value in values if value]
+    data = [int(value != 0) for value in values][:count] + [bit for value in listed for bit in field(value, width)]
+    return fast_codec.extended_code(fast_codec.FORM_BITMAP, width, 8), len(listed) if size is None else size, data
+
+
+def fast_row(groups, bits=8, *, extended_codes=False) -> list:
     """The bits of one row: groups holds, per group, None (not flagged) or (code, qsum, data bits)."""
     flagged = [group for group in groups if group is not None]
     if not flagged:
         return [0]
-    code_bits = 4 if bits == 8 else 5
+    code_bits = fast_codec.code_bits(bits, extended_codes)
     row = [1] + [int(group is not None) for group in groups]
     for code, qsum, _ in flagged:
         row += field(code, code_bits) + field(qsum, 7)
@@ -164,10 +185,16 @@ def fast_row(groups, bits=8) -> list:
     return row
 
 
-def fast_stream(rows, *, cut_bits=None, tail=b"") -> bytes:
+def fast_stream(rows, *, cut_bits=None, tail=b"", kind=fmt.KIND_CODED) -> bytes:
     """A coded fast stream from row bit lists; cut_bits keeps only that many bits (padded)."""
     bits = [bit for row in rows for bit in row]
-    return bytes([fmt.KIND_CODED]) + pack_bits(bits[:cut_bits]) + tail
+    return bytes([kind]) + pack_bits(bits[:cut_bits]) + tail
+
+
+def extended_stream(rows, **options) -> bytes:
+    """fast_stream of rows whose groups take the extended codes (kind 5)."""
+    return fast_stream([fast_row(groups, extended_codes=True) for groups in rows], kind=fmt.KIND_CODED_EXTENDED,
+                       **options)
 
 
 SMALL = [3, 0, 1, 2] * 16  # 64 values, packed width 2
@@ -187,6 +214,15 @@ SPARSE_TOO_MANY = fast_row([None, sparse_group(list(range(16)), [1] * 16, size=1
 SPARSE_REPEATED = fast_row([sparse_group([4, 4], [1, 2]), None])
 SPARSE_FALLING = fast_row([sparse_group([9, 3], [1, 2]), None])
 SPARSE_PAST_A_SHORT_GROUP = fast_row([None, sparse_group([16], [1])])
+# rows of extended groups (docs/FORMAT.md §7.1, version 5): every form, narrow values
+EDGES = [0, 0, 2, 0, 0, 0, 1, 0] * 8  # 64 values of width 2, a quarter of them listed
+EXTENDED_ROWS = [
+    [extended(packed_group(SMALL, 2), fast_codec.FORM_PACKED, 2), None],
+    [],
+    [bitmap_group(EDGES, 2), extended(rice_group(NOISY, 1), fast_codec.FORM_RICE, 1)],
+    [narrow_sparse_group([0, 5, 63], [3, 1, 2], 2), bitmap_group([0, 7] * 8, 3)],
+    [extended(sparse_group([1, 9], [200, 255]), fast_codec.FORM_SPARSE, 8), narrow_sparse_group([15], [1], 1)],
+]
 
 
 def status_cases() -> dict:
@@ -214,6 +250,8 @@ def status_cases() -> dict:
             palette_stream(4, bytes([fmt.KIND_RAW]) + bytes(range(4)) * 7 + bytes([1, 2, 4, 3])), 2, ok),
         "compact palette, index stream a palette": (palette_stream(2, palette_stream(2, bytes([0, 0]))), 4, kind),
         "compact palette, index stream a member": (palette_stream(2, MEMBER), 4, kind),
+        "compact palette, index stream of fast's extended kind": (
+            palette_stream(2, bytes([fmt.KIND_CODED_EXTENDED]) + compact_stream(valid4)[1:]), 4, kind),
         "compact palette, kind byte alone": (bytes([fmt.KIND_PALETTE]), 4, size),
         "compact palette, table past the end": (palette_stream(9, b"", table_bytes=8), 4, size),
         "compact palette, no index stream": (palette_stream(9, b""), 4, size),
@@ -292,6 +330,25 @@ def status_cases() -> dict:
         "fast unary part with a bit to spare": (fast_stream([ZERO_ROW, UNARY_SHORT]), 2, corrupt),
         "fast unary part a bit short": (fast_stream([ZERO_ROW, UNARY_LONG]), 2, corrupt),
         "fast bytes after the last row": (fast_stream(VALID_FAST_ROWS, tail=b"\0"), 3, size),
+        "fast extended, every form": (extended_stream(EXTENDED_ROWS), 5, ok),
+        "fast extended, a Rice parameter past the largest": (
+            extended_stream([[(2 ** fast_codec.code_bits(8, True) - 1, 0, []), None]]), 1, header),
+        "fast extended, bitmap with a set bit too many": (
+            extended_stream([[], [bitmap_group(EDGES, 2, size=15), None]]), 2, corrupt),
+        "fast extended, bitmap with a set bit too few": (
+            extended_stream([[bitmap_group(EDGES, 2, size=17), None], EXTENDED_ROWS[0]]), 2, corrupt),
+        "fast extended, bitmap listing more than its group": (
+            extended_stream([[None, bitmap_group([1] * 16, 1, size=17)]]), 1, header),
+        "fast extended, narrow sparse position past a short group": (
+            extended_stream([[None, narrow_sparse_group([16], [1], 1)]]), 1, corrupt),
+        "fast extended, packed group with a qsum": (
+            extended_stream([[(fast_codec.extended_code(fast_codec.FORM_PACKED, 2, 8), 5, packed_group(SMALL, 2)[2]), None]]),
+            1, header),
+        "fast extended, data past the end": (
+            extended_stream(EXTENDED_ROWS, cut_bits=len(fast_row(EXTENDED_ROWS[0], extended_codes=True)) - 9), 5, size),
+        "fast extended, palette indices": (palette_stream(256, extended_stream(EXTENDED_ROWS)), 5, ok),
+        "fast extended, a short-table row read as extended": (
+            fast_stream(VALID_FAST_ROWS, kind=fmt.KIND_CODED_EXTENDED), 3, size),
         # several faults: the first failing row wins; within a row, §7.2's order
         "fast row 1 corrupt, row 2 past the end": (
             fast_stream([ZERO_ROW, VALUE_TOO_LARGE, VALID_FAST_ROWS[0]], cut_bits=1 + len(VALUE_TOO_LARGE) + 30),

@@ -17,7 +17,7 @@ IMAGES = [
     ("constant", 3, 5, 4, np.uint8, "fast", 16, 8, "none"),
     ("smooth_noise", 4, 150, 3, np.uint8, "fast", 144, 8, "rg-mean"),
     ("extremes", 1, 1, 1, np.uint8, "compact", 16, 32, "none"),
-    ("labels", 9, 17, 1, np.uint16, "fast", 16, 8, "none"),  # 16-bit sparse groups
+    ("labels", 9, 40, 1, np.uint16, "fast", 32, 8, "none"),  # 16-bit sparse and bitmap groups
     ("flat_graphics", 14, 40, 3, np.uint8, "compact", 32, 32, "rg-mean"),  # palette tiles and members
     ("flat_graphics", 12, 40, 4, np.uint8, "fast", 32, 8, "subtract-green"),
 ]

@@ -7,7 +7,7 @@ from l3codec import compact, fast, streams
 from l3codec import format as fmt
 
 
-KIND_NAMES = {fmt.KIND_CONSTANT: "constant", fmt.KIND_CODED: "coded", fmt.KIND_RAW: "raw",
+KIND_NAMES = {fmt.KIND_CONSTANT: "constant", fmt.KIND_CODED: "coded", fmt.KIND_CODED_EXTENDED: "coded", fmt.KIND_RAW: "raw",
               fmt.KIND_PALETTE: "palette", fmt.KIND_PALETTE_MEMBER: "member"}
 
 
@@ -54,15 +54,20 @@ def stream_census(data) -> dict:
 
 def fast_census(data) -> dict:
     """Counts of what the rows of a file's coded fast streams hold: zero rows (A = 0), unflagged,
-    sparse, packed and Rice groups (docs/FORMAT.md §7), and the most data bits of a group, read with fast.py's
-    field helpers."""
+    sparse, packed, Rice and bitmap groups (docs/FORMAT.md §7), and the most data bits of a group, read with
+    fast.py's field helpers."""
     parsed = fmt.parse(data)
     info = parsed.info
     buf = np.frombuffer(data, np.uint8)
-    census = {"zero_rows": 0, "unflagged": 0, "sparse": 0, "packed": 0, "rice": 0, "group_bits": 0}
+    census = {"zero_rows": 0, "unflagged": 0, "sparse": 0, "packed": 0, "rice": 0, "bitmap": 0, "group_bits": 0}
+    form_names = {fast.FORM_SPARSE: "sparse", fast.FORM_PACKED: "packed", fast.FORM_RICE: "rice",
+                  fast.FORM_BITMAP: "bitmap"}
     for stream, start, end in plane_streams(data):
-        if buf[start] != fmt.KIND_CODED:
+        if not streams.is_coded(buf[start]):
             continue
+        extended = buf[start] == fmt.KIND_CODED_EXTENDED
+        size_of_header = fast.header_bits(info.bits, extended)
+        code_bits = fast.code_bits(info.bits, extended)
         tile = stream // info.channels
         h = min(info.tile_height, info.height - tile // info.tiles_x * info.tile_height)
         w = min(info.tile_width, info.width - tile % info.tiles_x * info.tile_width)
@@ -75,18 +80,18 @@ def fast_census(data) -> dict:
             groups = fast.groups_per_row(w)
             flags = [int(fast.read_bits(buf, pos + 1 + g, 1)) for g in range(groups)]
             header = pos + 1 + groups
-            pos = header + sum(flags) * fast.header_bits(info.bits)
+            pos = header + sum(flags) * size_of_header
             for g, flag in enumerate(flags):
                 if not flag:
                     census["unflagged"] += 1
                     continue
-                fields = int(fast.read_bits(buf, header, fast.header_bits(info.bits)))
-                header += fast.header_bits(info.bits)
-                code_bits = fast.code_bits(info.bits)
-                code, qsum = fields & ((1 << code_bits) - 1), fields >> code_bits
-                census["sparse" if code == fast.SPARSE_CODE else "packed" if code <= info.bits else "rice"] += 1
+                fields = int(fast.read_bits(buf, header, size_of_header))
+                header += size_of_header
+                form, width = fast.group_form(fields & ((1 << code_bits) - 1), info.bits, extended)
+                qsum = fields >> code_bits
+                census[form_names[form]] += 1
                 count = min(fast.GROUP_SIZE, w - g * fast.GROUP_SIZE)
-                bits = int(fast.group_data_bits(code, qsum, count, info.bits))
+                bits = int(fast.group_data_bits(form, width, qsum, count))
                 census["group_bits"] = max(census["group_bits"], bits)
                 pos += bits
     return census

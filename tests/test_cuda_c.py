@@ -322,25 +322,28 @@ def test_every_status_code_is_reachable_in_encoded_files():
     for mode in ("compact", "fast"):
         data = bytearray(_encode(image, mode, 16))
         start = fmt.parse(bytes(data)).payload_offset
-        assert data[start] == fmt.KIND_CODED
+        assert data[start] == (fmt.KIND_CODED if mode == "compact" else fmt.KIND_CODED_EXTENDED)
         bad_kind = bytearray(data)
         bad_kind[start] = 7
         cases.append((reseal(bytes(bad_kind)), fmt.STATUS_BAD_KIND))
+        if mode == "compact":  # fast mode's extended kind
+            bad_kind[start] = fmt.KIND_CODED_EXTENDED
+            cases.append((reseal(bytes(bad_kind)), fmt.STATUS_BAD_KIND))
         bad_header = bytearray(data)
         if mode == "compact":
             bad_header[start + 1] = 40  # run index > 31
         else:
-            # row 0: A = 1, one group flagged, its header at bits 2..12 of byte start + 1: packed width 8
-            # with a nonzero qsum
+            # row 0: A = 1, one group flagged, its header at bits 2..13 of byte start + 1: packed width 8
+            # (extended code 15) with a nonzero qsum
             assert data[start + 1] & 3 == 3
-            bad_header[start + 1:start + 3] = ((0b1_1000 << 2) | 3).to_bytes(2, "little")
+            bad_header[start + 1:start + 3] = (((15 | 1 << 5) << 2) | 3).to_bytes(2, "little")
         cases.append((reseal(bytes(bad_header)), fmt.STATUS_BAD_HEADER))
         corrupt = bytearray(data)
         if mode == "compact":
             length_bits = corrupt[start + 7]
             corrupt[start + 8] &= ~((1 << min(8, length_bits)) - 1) & 0xFF  # row 0 length -> 0 (low bits)
         else:
-            corrupt[start + 1] = (corrupt[start + 1] & 0xC3) | (9 << 2)  # row 0's code -> Rice, k = 0
+            corrupt[start + 1] = (corrupt[start + 1] & 0x83) | (16 << 2)  # row 0's code -> Rice, k = 0
         cases.append((reseal(bytes(corrupt)), None))
     constant = _encode(np.full((8, 16), 9, np.uint8), "compact", 16)
     cases.append((constant, 0))
@@ -542,7 +545,9 @@ def test_kernel_constants_match_the_python_codec():
     fast_cu = {name: int(value) for name, value in re.findall(r"\b(FAST_[A-Z_]+) = (\d+),", block)}
     assert fast_cu == {"FAST_GROUP_SIZE": fast.GROUP_SIZE, "FAST_QSUM_BITS": fast.QSUM_BITS,
                        "FAST_SPARSE_CODE": fast.SPARSE_CODE, "FAST_POSITION_BITS": fast.POSITION_BITS,
-                       "FAST_PHASES": fast.PHASES}
+                       "FAST_PHASES": fast.PHASES, "FAST_FORM_SPARSE": fast.FORM_SPARSE,
+                       "FAST_FORM_PACKED": fast.FORM_PACKED, "FAST_FORM_RICE": fast.FORM_RICE,
+                       "FAST_FORM_BITMAP": fast.FORM_BITMAP}
     assert "FAST_ROW_GROUPS = 4096 / FAST_GROUP_SIZE" in text and fmt.MAX_TILE_WIDTH == 4096
     assert (cuda_c.COMPACT_HEADER_SHARED_BYTES, cuda_c.FAST_THREADS) == (
         constants["COMPACT_HEADER_SHARED_BYTES"], constants["FAST_THREADS"])

@@ -14,6 +14,7 @@ NAMES = sorted(path.stem for path in GOLDEN.glob("*.l3"))
 VERSION1 = GOLDEN / "v1"  # files written by format version 1, kept as they were
 VERSION2 = GOLDEN / "v2"  # and by version 2
 VERSION3 = GOLDEN / "v3"  # and by version 3
+VERSION4 = GOLDEN / "v4"  # and by version 4
 
 
 def _stored_version(data):
@@ -62,6 +63,15 @@ def test_golden_fast_labels_hold_sparse_groups(name):
     assert census["sparse"] and census["unflagged"], census
 
 
+def test_golden_fast_files_hold_every_group_form():
+    """Version 5's extended group codes: sparse, packed, Rice and bitmap groups in the golden files."""
+    totals = {}
+    for name in NAMES:
+        for form, count in fast_census((GOLDEN / f"{name}.l3").read_bytes()).items():
+            totals[form] = totals.get(form, 0) + count
+    assert all(totals[form] for form in ("sparse", "packed", "rice", "bitmap")), totals
+
+
 def test_golden_files_hold_palette_tiles():
     """Version 4's palette streams: members of 2 to 4 channels, 8- and 16-bit, in both modes."""
     reached = set()
@@ -71,6 +81,19 @@ def test_golden_files_hold_palette_tiles():
         if census["palette"]:
             reached.add((info.mode, info.bits, census["member"] > 0))
     assert {("compact", 8, True), ("fast", 8, True), ("fast", 16, True), ("compact", 16, False)} <= reached, reached
+
+
+@pytest.mark.parametrize("name", sorted(path.stem for path in VERSION4.glob("*.l3")))
+def test_version4_files_still_decode(name):
+    """Version 5 added a stream kind version 4 never wrote (fast streams with the extended group
+    codes): version-4 files, whose fast streams take the short codes, decode unchanged, on the CPU
+    and through the GPU batch's host validation."""
+    from l3codec import batch
+
+    data = (VERSION4 / f"{name}.l3").read_bytes()
+    assert _stored_version(data) == 4 and l3codec.info(data).version == 4
+    np.testing.assert_array_equal(l3codec.decode(data), np.load(VERSION4 / f"{name}.npy"))
+    assert batch.plan_item(data).info.version == 4
 
 
 @pytest.mark.parametrize("name", sorted(path.stem for path in VERSION3.glob("*.l3")))

@@ -29,14 +29,15 @@ def simulated():
 
 
 def test_gpu_cases_reach_every_fast_group_code():
-    """The shared GPU batch holds packed, Rice and sparse groups at both sample depths."""
+    """The shared GPU batch holds packed, Rice, sparse and bitmap groups at both sample depths."""
+    forms = ("sparse", "packed", "rice", "bitmap")
     reached = set()
     for data in encoded_images()[1]:
         info = l3codec.info(data)
         if info.mode == "fast":
             census = fast_census(data)
-            reached |= {(kind, info.bits) for kind in ("sparse", "packed", "rice") if census[kind]}
-    assert reached == {(kind, bits) for kind in ("sparse", "packed", "rice") for bits in (8, 16)}, reached
+            reached |= {(form, info.bits) for form in forms if census[form]}
+    assert reached == {(form, bits) for form in forms for bits in (8, 16)}, reached
 
 
 def test_gpu_cases_hold_palette_tiles():

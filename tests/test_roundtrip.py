@@ -114,23 +114,25 @@ def test_fast_zero_groups_cost_one_flag_bit():
 
 
 def _cheapest_code(values, bits):
-    """The reference encoder's choice (docs/FORMAT.md §7.5), by brute force."""
+    """The reference encoder's choice (docs/FORMAT.md §7.5), by brute force: (form, width, qsum)."""
     count = len(values)
-    options = [(count * max(values).bit_length(), 0, max(values).bit_length(), 0)]  # packing wins ties
+    width = max(values).bit_length()
+    options = [(count * width, 0, fast.FORM_PACKED, width, 0)]  # packing wins ties
     for k in range(fast.max_rice_k(bits) + 1):
         qsum = sum(value >> k for value in values)
         if qsum < 2 ** fast.QSUM_BITS:
-            options.append((count * (k + 1) + qsum, 1, bits + 1 + k, qsum))
+            options.append((count * (k + 1) + qsum, 1, fast.FORM_RICE, k, qsum))
     nonzero = sum(value != 0 for value in values)
-    options.append((nonzero * (fast.POSITION_BITS + bits), 2, fast.SPARSE_CODE, nonzero))
-    cost, _, code, qsum = min(options)
-    return code, qsum
+    options.append((nonzero * (fast.POSITION_BITS + width), 2, fast.FORM_SPARSE, width, nonzero))
+    options.append((count + nonzero * width, 3, fast.FORM_BITMAP, width, nonzero))
+    cost, _, form, width, qsum = min(options)
+    return form, width, qsum
 
 
 @pytest.mark.parametrize("bits", [8, 16])
 def test_fast_encoder_takes_the_cheapest_group_code(bits):
     rng = np.random.default_rng(bits)
-    kinds = set()
+    forms = set()
     for trial in range(300):
         count = int(rng.integers(1, fast.GROUP_SIZE + 1))
         scale = 2.0 ** rng.uniform(0, bits - 1)
@@ -138,13 +140,33 @@ def test_fast_encoder_takes_the_cheapest_group_code(bits):
         values[int(rng.integers(count))] = max(1, values.max())
         if rng.random() < 0.2:
             values[int(rng.integers(count))] = 2**bits - 1  # an outlier
-        if rng.random() < 0.3:  # a label edge: a few large values among zeros
-            values[rng.random(count) < 0.9] = 0
+        if rng.random() < 0.3:  # a label edge: a few values among zeros
+            values[rng.random(count) < rng.choice([0.6, 0.9])] = 0
             values[int(rng.integers(count))] = int(rng.integers(1, 2**bits))
+        if rng.random() < 0.2:  # small values: a narrow sparse or bitmap group
+            values = np.minimum(values, 3)
         code, qsum = fast.choose_group_code(values, 0, count, bits)
-        assert (code, qsum) == _cheapest_code(values.tolist(), bits)
-        kinds.add("sparse" if code == fast.SPARSE_CODE else "packed" if code <= bits else "rice")
-    assert kinds == {"sparse", "packed", "rice"}  # the trials reach every kind of code
+        form, width = fast.group_form(code, bits, True)
+        assert (form, width, qsum) == _cheapest_code(values.tolist(), bits)
+        forms.add(form)
+    # the trials reach every form
+    assert forms == {fast.FORM_SPARSE, fast.FORM_PACKED, fast.FORM_RICE, fast.FORM_BITMAP}
+
+
+@pytest.mark.parametrize("bits", [8, 16])
+def test_fast_code_tables_name_each_form_once(bits):
+    """The extended codes name sparse, packed and bitmap groups of every width 1..bits and every Rice
+    parameter, plus one Rice parameter too large (refused); extended_code is group_form's inverse;
+    the short table's codes keep their version-3 meanings."""
+    extended = [fast.group_form(code, bits, True) for code in range(2 ** fast.code_bits(bits, True))]
+    assert extended == [(form, width) for form in (fast.FORM_SPARSE, fast.FORM_PACKED, fast.FORM_BITMAP)
+                        for width in range(1, bits + 1)] + [(fast.FORM_RICE, k) for k in range(bits)]
+    for code, (form, width) in enumerate(extended):
+        assert fast.extended_code(form, width, bits) == code
+    assert not fast.group_header_sound(fast.FORM_RICE, fast.max_rice_k(bits) + 1, 0, fast.GROUP_SIZE, bits)
+    short = [fast.group_form(code, bits, False) for code in range(2 ** fast.code_bits(bits, False))]
+    assert short == [(fast.FORM_SPARSE, bits)] + [(fast.FORM_PACKED, c) for c in range(1, bits + 1)] + [
+        (fast.FORM_RICE, k) for k in range(fast.max_rice_k(bits) + 1)]
 
 
 def test_region_decodes_only_intersecting_tiles():

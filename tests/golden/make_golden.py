@@ -2,9 +2,9 @@
 
     python tests/golden/make_golden.py
 
-Each case writes NAME.l3 and NAME.npy (the expected pixels). tests/golden/v1/, v2/ and v3/ keep files
-of format versions 1 to 3 as they were written then (never regenerated): version-1 compact files and
-every version-2 and version-3 file must still decode, version-1 fast files must be refused.
+Each case writes NAME.l3 and NAME.npy (the expected pixels). tests/golden/v1/ to v4/ keep files
+of format versions 1 to 4 as they were written then (never regenerated): version-1 compact files and
+every version-2, -3 and -4 file must still decode, version-1 fast files must be refused.
 """
 
 import pathlib
