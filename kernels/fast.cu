@@ -52,7 +52,7 @@ static_assert(FAST_THREADS % FAST_GROUP_SIZE == 0, "a chunk of columns holds who
 static_assert(FAST_ROW_GROUPS <= FAST_THREADS, "a thread per group of the widest row");
 static_assert(FAST_GROUP_SIZE + (1 << FAST_QSUM_BITS) <= 65536, "one_at holds a unary part's positions");
 // the longest row: every group's header at its longest, a sparse group's whole count field of 16-bit
-// entries (a Rice group holds at most 64 * 15 + 127 bits)
+// entries (a Rice group holds at most 64 * 16 + 127 bits, with the refused k = 15; a bitmap 64 + 127 * 16)
 static_assert(FAST_ROW_GROUPS * ((1LL << FAST_QSUM_BITS) - 1) * (FAST_POSITION_BITS + 16) <
                   (1LL << (32 - FAST_OFFSET_SHIFT)),
               "a row's data offsets fit a group's table entry");

@@ -344,7 +344,7 @@ L3_DEVICE void init_tile_writer(TileWriter& writer, const L3Item& item, unsigned
     writer.palette = 0;
 }
 
-// streams.open_stream: where a tile-channel's plane stream begins. colours is PLANE_OWN for kinds 0-2,
+// streams.open_stream: where a tile-channel's plane stream begins. colours is PLANE_OWN for kinds 0-2 and 5,
 // a palette's colour count (its table at start + PALETTE_HEADER_BYTES, its index plane's stream at
 // `start` after it), or PLANE_MEMBER for a palette member (nothing of its own to decode).
 struct PlaneStream {

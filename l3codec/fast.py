@@ -1,4 +1,4 @@
-"""`fast` mode (format version 5): row-parallel prediction, per-group packed, Rice or sparse residuals.
+"""`fast` mode (format version 5): row-parallel prediction, per-group packed, Rice, sparse or bitmap residuals.
 
 Row 0 of a tile is delta-coded along the row. Every later row is predicted in PHASES phases
 from the row above and from samples of its own row decoded in earlier phases, so all samples
@@ -22,7 +22,7 @@ from .streams import constant_value, encode_uncoded
 
 # ---- Frozen constants (docs/FORMAT.md §7.4). Changing one changes the format.
 GROUP_SIZE = 64  # samples per group; the last group of a row may hold fewer
-QSUM_BITS = 7  # bits of a header's count: a Rice group's quotient sum (at most 127), a sparse group's size
+QSUM_BITS = 7  # bits of a header's count: a Rice group's quotient sum (at most 127), a sparse or bitmap group's size
 POSITION_BITS = 6  # a sparse sample's column within its group: GROUP_SIZE == 2**POSITION_BITS
 PHASES = 4  # prediction phases of rows >= 1
 PERIOD = 1 << (PHASES - 1)  # phase 0 takes every PERIOD-th column from the row above
@@ -386,7 +386,8 @@ def decode_fast_stream(buf, start, end, tile, bits):
 def choose_group_code(mapped, first, count, bits):
     """(extended code, qsum) of the cheapest coding of the non-zero group mapped[first:first+count]:
     packed at the width of its largest value, the Rice k whose qsum fits QSUM_BITS, sparse or
-    bitmap with values of that width; ties go to packing, then to the smaller k, then to sparse."""
+    bitmap with values of that width; ties go to packing, then to the smaller k, then to sparse, then
+    to bitmap."""
     largest = 0
     nonzero = 0
     for col in range(first, first + count):

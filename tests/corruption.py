@@ -123,7 +123,7 @@ def compact_stream(rows, *, lengths=None, run_index=31, k_nibbles=0, length_bits
     return header + table + pack_bits([bit for row in rows for bit in row]) + tail
 
 
-# Fast v3 (docs/FORMAT.md §7): rows of FAST_WIDTH = 80 samples, so two groups, of 64 and 16.
+# Fast (docs/FORMAT.md §7): rows of FAST_WIDTH = 80 samples, so two groups, of 64 and 16.
 FAST_WIDTH = 80
 
 
@@ -156,19 +156,19 @@ def extended(group, form, width, bits=8):
     return fast_codec.extended_code(form, width, bits), group[1], group[2]
 
 
-def narrow_sparse_group(positions, values, width):
+def narrow_sparse_group(positions, values, width, bits=8):
     """(extended code, qsum, data bits) of a sparse group whose values take width bits."""
     data = [bit for position in positions for bit in field(position, 6)]
     data += [bit for value in values for bit in field(value, width)]
-    return fast_codec.extended_code(fast_codec.FORM_SPARSE, width, 8), len(positions), data
+    return fast_codec.extended_code(fast_codec.FORM_SPARSE, width, bits), len(positions), data
 
 
-def bitmap_group(values, width, *, count=None, size=None):
-    """(extended code, qsum, data bits) of a bitmap group over values (zeros unlisted); count
-    overrides the bitmap's length, size the header's listed count."""
+def bitmap_group(values, width, bits=8, *, size=None):
+    """(extended code, qsum, data bits) of a bitmap group over values (zeros unlisted); size
+    overrides the header's listed count."""
     listed = [value for value in values if value]
-    data = [int(value != 0) for value in values][:count] + [bit for value in listed for bit in field(value, width)]
-    return fast_codec.extended_code(fast_codec.FORM_BITMAP, width, 8), len(listed) if size is None else size, data
+    data = [int(value != 0) for value in values] + [bit for value in listed for bit in field(value, width)]
+    return fast_codec.extended_code(fast_codec.FORM_BITMAP, width, bits), len(listed) if size is None else size, data
 
 
 def fast_row(groups, bits=8, *, extended_codes=False) -> list:
@@ -365,6 +365,14 @@ def status_cases() -> dict:
         fast_stream([fast_row([sparse_group([1, 62], [(1 << 16) - 1, 40000], 16), None], 16)]), 1, ok, 16)
     cases["fast 16-bit rice value over 16 bits"] = (
         fast_stream([fast_row([rice_group([1 << 16] + [0] * 63, 14, 16), None], 16)]), 1, corrupt, 16)
+    wide_values = [(1 << 16) - 1, 40000, 3] * 4  # 12 of a bitmap's 64 samples, 16 bits wide
+    cases["fast 16-bit extended, bitmap and narrow sparse groups"] = (
+        fast_stream([fast_row([bitmap_group(wide_values + [0] * 52, 16, bits=16),
+                               narrow_sparse_group([2, 9], [5, 1], 3, bits=16)], 16, extended_codes=True)],
+                    kind=fmt.KIND_CODED_EXTENDED), 1, ok, 16)
+    cases["fast 16-bit extended, a Rice parameter past the largest"] = (
+        fast_stream([fast_row([(2 ** fast_codec.code_bits(16, True) - 1, 0, []), None], 16, extended_codes=True)],
+                    kind=fmt.KIND_CODED_EXTENDED), 1, header, 16)
     files = {}
     for name, (stream, height, code, *bits) in cases.items():
         if name.startswith("compact"):

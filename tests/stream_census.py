@@ -60,6 +60,7 @@ def fast_census(data) -> dict:
     info = parsed.info
     buf = np.frombuffer(data, np.uint8)
     census = {"zero_rows": 0, "unflagged": 0, "sparse": 0, "packed": 0, "rice": 0, "bitmap": 0, "group_bits": 0}
+    assert info.mode == "fast", info.mode  # compact streams are no fast rows
     form_names = {fast.FORM_SPARSE: "sparse", fast.FORM_PACKED: "packed", fast.FORM_RICE: "rice",
                   fast.FORM_BITMAP: "bitmap"}
     for stream, start, end in plane_streams(data):

@@ -75,7 +75,7 @@ def test_matches_cpu_decoder(mode, dtype, channels):
         assert census["copy_rows"], census
     else:
         groups = {key: sum(fast_census(f)[key] for f in files)
-                  for key in ("zero_rows", "unflagged", "sparse", "packed", "rice")}
+                  for key in ("zero_rows", "unflagged", "sparse", "packed", "rice", "bitmap")}
         assert all(groups.values()), groups
     _assert_matches_cpu(files)
 
@@ -304,13 +304,15 @@ def test_corrupt_streams_report_status(mode):
 def test_hand_made_faults_give_the_cpu_decoders_status(order):
     """Every status code in both modes, a run past the row end (whose row still has its recorded
     length), and streams with several faults (the first failing row decides): the exact code of
-    corruption.status_cases, which the CPU decoder gives too."""
+    corruption.status_cases, which the CPU decoder gives too; the valid ones decode to its pixels."""
     cases = status_cases()
     assert {code for _, code in cases.values()} == set(range(5))
-    _, status = decode_batch_emulated([data for data, _ in cases.values()], order=order, seed=5)
-    for (name, (data, code)), got in zip(cases.items(), status.tolist()):
+    images, status = decode_batch_emulated([data for data, _ in cases.values()], order=order, seed=5)
+    for (name, (data, code)), got, image in zip(cases.items(), status.tolist(), images):
         assert ([c for c in _cpu_stream_status(data).tolist() if c] or [0])[0] == code, name
         assert got == code, name
+        if code == fmt.STATUS_OK:
+            np.testing.assert_array_equal(image, l3codec.decode(data), err_msg=name)
 
 
 def test_every_status_code_is_reachable_in_encoded_files():
@@ -342,9 +344,10 @@ def test_every_status_code_is_reachable_in_encoded_files():
         if mode == "compact":
             length_bits = corrupt[start + 7]
             corrupt[start + 8] &= ~((1 << min(8, length_bits)) - 1) & 0xFF  # row 0 length -> 0 (low bits)
-        else:
-            corrupt[start + 1] = (corrupt[start + 1] & 0x83) | (16 << 2)  # row 0's code -> Rice, k = 0
-        cases.append((reseal(bytes(corrupt)), None))
+            cases.append((reseal(bytes(corrupt)), None))
+        else:  # row 0's code -> Rice, k = 0: its unary part no longer holds its samples' ones
+            corrupt[start + 1] = (corrupt[start + 1] & 0x83) | (fast.extended_code(fast.FORM_RICE, 0, 8) << 2)
+            cases.append((reseal(bytes(corrupt)), fmt.STATUS_CORRUPT))
     constant = _encode(np.full((8, 16), 9, np.uint8), "compact", 16)
     cases.append((constant, 0))
     files = [c[0] for c in cases]

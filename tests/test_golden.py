@@ -67,8 +67,10 @@ def test_golden_fast_files_hold_every_group_form():
     """Version 5's extended group codes: sparse, packed, Rice and bitmap groups in the golden files."""
     totals = {}
     for name in NAMES:
-        for form, count in fast_census((GOLDEN / f"{name}.l3").read_bytes()).items():
-            totals[form] = totals.get(form, 0) + count
+        data = (GOLDEN / f"{name}.l3").read_bytes()
+        if l3codec.info(data).mode == "fast":
+            for form, count in fast_census(data).items():
+                totals[form] = totals.get(form, 0) + count
     assert all(totals[form] for form in ("sparse", "packed", "rice", "bitmap")), totals
 
 
