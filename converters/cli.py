@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 
+from l3codec import __version__
 from l3codec import format as fmt
 
 EXAMPLES = """examples:
@@ -31,6 +32,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="l3convert", description="Re-encode PNG/JPEG datasets into sharded, indexed L3 datasets.",
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=fmt.version_text(__version__))
     commands = parser.add_subparsers(dest="command", required=True, metavar="{folder,cityscapes,imagenet,inspect}")
     layouts = {
         "folder": "an ImageFolder tree (class index = sorted directory names) or plain images (no labels)",

@@ -280,7 +280,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog="exit status: 0 if every file succeeded, 1 if any failed (each reported as "
         "'l3: PATH: reason'), 2 if the command line was refused before anything was written",
     )
-    parser.add_argument("--version", action="version", version=f"l3codec {__version__}")
+    parser.add_argument("--version", action="version", version=fmt.version_text(__version__))
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     command = _add_command(

@@ -24,6 +24,11 @@ VERSION = 5
 # stream with the extended group codes). Version 1 differs in its
 # fast-mode stream (and had no transform 2): its compact files still decode, its fast files are
 # refused with this reason.
+def version_text(package_version: str) -> str:
+    """What --version says: the package and the format version it writes (docs/FORMAT.md says which it reads)."""
+    return f"l3codec {package_version} (writes L3 format {VERSION})"
+
+
 FAST_V1_REFUSED = ("fast-mode files of L3 format version 1 are no longer decodable; "
                    "re-encode them from the source")
 
