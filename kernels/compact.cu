@@ -13,9 +13,9 @@
 //
 // Decoded samples are staged in a ring of columns in dynamic shared memory. A tile up to
 // 128 columns wide is staged whole: after the wavefront, a __syncthreads, then the block
-// writes the tile's intersection with the region (all channels, inverse colour
-// transform; write_tile_sectors: a warp per output row, 4-byte stores filling whole
-// 32-byte sectors). A wider tile goes through a 128-column ring in strips of 64 steps,
+// writes the tile's intersection with the region (all channels; palette colours and the inverse
+// colour transform applied in place first, finish_pixel; write_tile_sectors: a warp per output
+// row, 4-byte stores filling whole 32-byte sectors). A wider tile goes through a 128-column ring in strips of 64 steps,
 // writing after each strip the columns every row has finished up to a 32-byte boundary,
 // so shared memory stays under 48 KiB whatever the tile width (a default 512-wide tile
 // of 4 16-bit channels would need 128 KiB staged whole). blockDim = (32, max_channels):
@@ -351,12 +351,12 @@ L3_DEVICE void decode_compact_tile(const unsigned char* __restrict__ data, long 
         __syncthreads();
         // after steps [0, s1) row r has columns [0, s1 - r): all h rows have [0, s1 - h + 1)
         const int done = s1 == steps ? w : max_of(written, s1 - h + 1);
-        if (writer.colours != 0) {  // block-uniform: a palette tile's indices, columns [written, done), become colours
-#pragma unroll 1
+        if (writer.colours != 0 || writer.transform != 0) {  // block-uniform: columns [written, done) finished:
+#pragma unroll 1                                                       // colours, the colour transform undone
             for (int r = channel; r < h; r += blockDim.y)  // a warp per row
 #pragma unroll 1
                 for (int col = written + lane; col < done; col += 32)
-                    expand_index<T>(writer, table, stage + r * ring + (col & (ring - 1)), COMPACT_TILE_HEIGHT * ring);
+                    finish_pixel<T, BITS>(writer, table, stage + r * ring + (col & (ring - 1)), COMPACT_TILE_HEIGHT * ring);
             __syncthreads();
         }
         const T* staged = stage;

@@ -22,9 +22,9 @@
 // reads a file, so both see the same bits wherever a corrupt stream sends them.
 //
 // Rows are staged in a ring in dynamic shared memory, per channel: a band of ring - 1 rows at ring
-// rows 1.., ring row 0 holding the row above the band. Each band is written out (all channels,
-// inverse colour transform, write_tile_sectors: whole 32-byte sectors) once every channel has
-// decoded it, and its last row is copied to ring row 0 for the next.
+// rows 1.., ring row 0 holding the row above the band. Once every channel has decoded a band, its
+// last row is copied to ring row 0 for the next, its pixels are finished in place (palette colours,
+// inverse colour transform: finish_pixel) and written out (write_tile_sectors: whole 32-byte sectors).
 #include "l3_common.cuh"
 
 namespace l3 {
@@ -495,12 +495,16 @@ L3_DEVICE void decode_fast_tile(const unsigned char* __restrict__ data, long lon
                 for (int col = tid; col < w; col += FAST_THREADS) plane[col] = plane[(r1 - r0) * tile_width + col];
             }
         }
-        if (sh.writer.colours != 0) {  // block-uniform: a palette tile's indices become colours, but for the
-            T* table = stage + (long long)ring * channels * tile_width;  // a palette tile's colours
-            if (r0 == 0) load_palette<T>(sh.writer, data, sh.size, table, tid, FAST_THREADS);
-            __syncthreads();           // copy in ring row 0, which the next band predicts from
-            for (int i = tid; i < (r1 - r0) * w; i += FAST_THREADS)
-                expand_index<T>(sh.writer, table, stage + (1 + i / w) * tile_width + i % w, (long long)ring * tile_width);
+        if (sh.writer.colours != 0 || sh.writer.transform != 0) {  // block-uniform: a palette tile's indices
+            T* table = stage + (long long)ring * channels * tile_width;  // become colours, the colour transform
+            if (r0 == 0 && sh.writer.colours != 0)                       // is undone, but for the copy in ring
+                load_palette<T>(sh.writer, data, sh.size, table, tid, FAST_THREADS);  // row 0, which the next
+            __syncthreads();                                                          // band predicts from
+#pragma unroll 1
+            for (int r = 1; r <= r1 - r0; ++r)
+#pragma unroll 1
+                for (int col = tid; col < w; col += FAST_THREADS)
+                    finish_pixel<T, BITS>(sh.writer, table, stage + r * tile_width + col, (long long)ring * tile_width);
             __syncthreads();
         }
         const T* staged = stage;
