@@ -360,7 +360,7 @@ L3_DEVICE void decode_compact_tile(const unsigned char* __restrict__ data, long 
             __syncthreads();
         }
         const T* staged = stage;
-        write_tile_sectors<T, BITS>(writer, 0, h, written, done, channel, blockDim.y, lane,
+        write_tile_sectors<T>(writer, 0, h, written, done, channel, blockDim.y, lane,
                                     [&](int c, int r, int col) -> unsigned {
                                         return staged[(c * COMPACT_TILE_HEIGHT + r) * ring + (col & (ring - 1))];
                                     });

@@ -509,7 +509,7 @@ L3_DEVICE void decode_fast_tile(const unsigned char* __restrict__ data, long lon
         }
         const T* staged = stage;
         const int first_row = 1 - r0;  // the ring row of tile row r, less r
-        write_tile_sectors<T, BITS>(sh.writer, r0, r1, 0, w, tid >> 5, FAST_THREADS / 32, tid & 31,
+        write_tile_sectors<T>(sh.writer, r0, r1, 0, w, tid >> 5, FAST_THREADS / 32, tid & 31,
                                     [&](int c, int r, int col) -> unsigned {
                                         return staged[(c * ring + r + first_row) * tile_width + col];
                                     });

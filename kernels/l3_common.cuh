@@ -428,7 +428,7 @@ L3_DEVICE int sector_boundary(const TileWriter& writer, int misalign, int c, int
 // of `warps` writes rows r0 + warp, r0 + warp + warps, ...: lane i the i-th 4-byte word of each
 // 128-byte aligned span of the row, so a warp's stores fill whole 32-byte sectors except at the
 // region's edges, whose partial words are written byte by byte.
-template <typename T, int BITS, typename Fetch>
+template <typename T, typename Fetch>
 L3_DEVICE void write_tile_sectors(const TileWriter& writer, int r0, int r1, int c0, int c1, int warp, int warps,
                                   int lane, const Fetch& fetch) {
     r0 = max_of(r0, writer.row_lo);

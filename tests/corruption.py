@@ -158,9 +158,7 @@ def extended(group, form, width, bits=8):
 
 def narrow_sparse_group(positions, values, width, bits=8):
     """(extended code, qsum, data bits) of a sparse group whose values take width bits."""
-    data = [bit for position in positions for bit in field(position, 6)]
-    data += [bit for value in values for bit in field(value, width)]
-    return fast_codec.extended_code(fast_codec.FORM_SPARSE, width, bits), len(positions), data
+    return extended(sparse_group(positions, values, width), fast_codec.FORM_SPARSE, width, bits)
 
 
 def bitmap_group(values, width, bits=8, *, size=None):

@@ -85,40 +85,21 @@ def test_golden_files_hold_palette_tiles():
     assert {("compact", 8, True), ("fast", 8, True), ("fast", 16, True), ("compact", 16, False)} <= reached, reached
 
 
-@pytest.mark.parametrize("name", sorted(path.stem for path in VERSION4.glob("*.l3")))
-def test_version4_files_still_decode(name):
-    """Version 5 added a stream kind version 4 never wrote (fast streams with the extended group
-    codes): version-4 files, whose fast streams take the short codes, decode unchanged, on the CPU
-    and through the GPU batch's host validation."""
+OLDER_FILES = [(version, path) for version, folder in ((2, VERSION2), (3, VERSION3), (4, VERSION4))
+               for path in sorted(folder.glob("*.l3"))]
+
+
+@pytest.mark.parametrize("version, path", OLDER_FILES, ids=[f"v{v}-{p.stem}" for v, p in OLDER_FILES])
+def test_older_files_still_decode(version, path):
+    """Each version gave meaning only to bytes the one before never wrote (version 3: a fast group
+    code; 4: the palette stream kinds; 5: the fast stream kind with extended group codes), so files
+    of versions 2 to 4 decode unchanged, on the CPU and through the GPU batch's host validation."""
     from l3codec import batch
 
-    data = (VERSION4 / f"{name}.l3").read_bytes()
-    assert _stored_version(data) == 4 and l3codec.info(data).version == 4
-    np.testing.assert_array_equal(l3codec.decode(data), np.load(VERSION4 / f"{name}.npy"))
-    assert batch.plan_item(data).info.version == 4
-
-
-@pytest.mark.parametrize("name", sorted(path.stem for path in VERSION3.glob("*.l3")))
-def test_version3_files_still_decode(name):
-    """Version 4 added stream kinds version 3 never wrote: version-3 files decode unchanged, on the
-    CPU and through the GPU batch's host validation."""
-    from l3codec import batch
-
-    data = (VERSION3 / f"{name}.l3").read_bytes()
-    assert _stored_version(data) == 3 and l3codec.info(data).version == 3
-    np.testing.assert_array_equal(l3codec.decode(data), np.load(VERSION3 / f"{name}.npy"))
-    assert batch.plan_item(data).info.version == 3
-
-
-@pytest.mark.parametrize("name", sorted(path.stem for path in VERSION2.glob("*.l3")))
-def test_version2_files_still_decode(name):
-    """Version 3 gave a meaning to a group code version 2 never wrote: version-2 files decode unchanged."""
-    from l3codec import batch
-
-    data = (VERSION2 / f"{name}.l3").read_bytes()
-    assert _stored_version(data) == 2 and l3codec.info(data).version == 2
-    np.testing.assert_array_equal(l3codec.decode(data), np.load(VERSION2 / f"{name}.npy"))
-    assert batch.plan_item(data).info.version == 2
+    data = path.read_bytes()
+    assert _stored_version(data) == version and l3codec.info(data).version == version
+    np.testing.assert_array_equal(l3codec.decode(data), np.load(path.with_suffix(".npy")))
+    assert batch.plan_item(data).info.version == version
 
 
 @pytest.mark.parametrize("name", ["rgb8_compact", "labels16_compact"])
