@@ -7,16 +7,17 @@ the row starts with one bit (any residual non-zero?), then one flag per group (n
 then a header per flagged group (a code: the group's form and width; and a count: the group's
 listed samples if sparse or bitmap, else the sum of its Rice quotients), then the flagged
 groups' data. Every group's bit offset follows from the headers alone, by a prefix sum.
-A coded stream of kind KIND_CODED takes the short code table (versions 2-4), one of kind
-KIND_CODED_EXTENDED the extended one (version 5). docs/FORMAT.md §7 is the specification.
+A coded stream of kind KIND_CODED takes the short code table (versions 2-5), one of kind
+KIND_CODED_EXTENDED the extended one (version 5); the encoder writes each stream in the one that
+takes fewer bits. docs/FORMAT.md §7 is the specification.
 """
 
 import numpy as np
 
-from .bitio import PEEK_BITS, W_POS, WRITER_STATE_SIZE, bit_length, peek_window, put_bits, read_bits, \
+from .bitio import PEEK_BITS, WRITER_STATE_SIZE, bit_length, peek_window, put_bits, read_bits, \
     trailing_zeros, writer_flush, writer_init
 from .compact import med, unzigzag, zigzag
-from .format import KIND_CODED_EXTENDED, STATUS_BAD_HEADER, STATUS_BAD_SIZE, STATUS_CORRUPT, STATUS_OK
+from .format import KIND_CODED, KIND_CODED_EXTENDED, STATUS_BAD_HEADER, STATUS_BAD_SIZE, STATUS_CORRUPT, STATUS_OK
 from .jit import device
 from .streams import constant_value, encode_uncoded
 
@@ -35,6 +36,8 @@ FORM_PACKED = 1  # one field of width bits per sample
 FORM_BITMAP = 2  # one bit per sample (1: listed), then count values of width bits (extended codes only)
 FORM_RICE = 3  # one remainder of k = width bits per sample, then the unary part (count + qsum bits)
 SPARSE_CODE = 0  # the short table's sparse code (version 3; version 2 allowed it only with qsum 0)
+SHORT_TABLE = 0  # the encoder's index of each code table (kind 1, kind 5)
+EXTENDED_TABLE = 1
 
 
 @device
@@ -383,11 +386,23 @@ def decode_fast_stream(buf, start, end, tile, bits):
 
 
 @device
-def choose_group_code(mapped, first, count, bits):
-    """(extended code, qsum) of the cheapest coding of the non-zero group mapped[first:first+count]:
-    packed at the width of its largest value, the Rice k whose qsum fits QSUM_BITS, sparse or
-    bitmap with values of that width; ties go to packing, then to the smaller k, then to sparse, then
-    to bitmap."""
+def table_code(form, width, bits, extended):
+    """The code of (form, width) in the extended table or the short one (whose sparse values take
+    all `bits`, and which has no bitmap code: table_choice never asks it for one)."""
+    if extended:
+        return extended_code(form, width, bits)
+    if form == FORM_SPARSE:
+        return SPARSE_CODE
+    if form == FORM_PACKED:
+        return width
+    return bits + 1 + width
+
+
+@device
+def packed_or_rice(mapped, first, count, bits):
+    """The cheaper of packing the non-zero group mapped[first:first+count] at the width of its
+    largest value and the Rice k whose qsum fits QSUM_BITS (ties to packing, then to the smaller
+    k): (form, width, data bits, qsum, the largest value's width, non-zero samples)."""
     largest = 0
     nonzero = 0
     for col in range(first, first + count):
@@ -402,11 +417,20 @@ def choose_group_code(mapped, first, count, bits):
         cost = count * (k + 1) + qsum
         if qsum < (1 << QSUM_BITS) and cost < best_cost:
             best_form, best_width, best_cost, best_qsum = FORM_RICE, k, cost, qsum
-    if nonzero * (POSITION_BITS + width) < best_cost:
-        best_form, best_width, best_cost, best_qsum = FORM_SPARSE, width, nonzero * (POSITION_BITS + width), nonzero
-    if count + nonzero * width < best_cost:
-        best_form, best_width, best_qsum = FORM_BITMAP, width, nonzero
-    return extended_code(best_form, best_width, bits), best_qsum
+    return best_form, best_width, best_cost, best_qsum, width, nonzero
+
+
+@device
+def table_choice(form, width, cost, qsum, value_width, nonzero, count, bits, extended):
+    """(code, qsum, data bits) in one code table, given packed_or_rice's choice: sparse if cheaper,
+    then (extended only) bitmap if cheaper still. Short-table sparse values take all `bits`."""
+    if not extended:
+        value_width = bits
+    if nonzero * (POSITION_BITS + value_width) < cost:
+        form, width, cost, qsum = FORM_SPARSE, value_width, nonzero * (POSITION_BITS + value_width), nonzero
+    if extended and count + nonzero * value_width < cost:
+        form, width, cost, qsum = FORM_BITMAP, value_width, count + nonzero * value_width, nonzero
+    return table_code(form, width, bits, extended), qsum, cost
 
 
 @device
@@ -419,21 +443,51 @@ def put_unary(out, writer, quotient):
 
 
 @device
-def encode_fast_row(tile, row, width, bits, out, writer, mapped, codes, qsums):
-    """Append row's bits: the any bit, group flags, headers (extended codes), then each flagged group's data."""
-    flagged = 0
+def fast_row_residuals(tile, row, width, bits, mapped):
+    """The row's mapped residuals (prediction as decode_fast_stream's) into mapped."""
     for col in range(width):
         mapped[col] = zigzag(np.int64(tile[row, col]) - predict(tile, row, col, width, bits), bits)
+
+
+@device
+def choose_row_codes(mapped, width, bits, codes, qsums):
+    """Each group's code (-1: all zero, no flag) and qsum in both tables (codes[SHORT_TABLE],
+    codes[EXTENDED_TABLE], and qsums alike), each the cheapest of its table: packed, Rice, sparse or
+    (extended only) bitmap, ties going to packing, then to the smaller k, then to sparse, then to
+    bitmap (docs/FORMAT.md §7.5). Returns the row's bits in each table."""
+    flagged = 0
+    short_data = 0
+    extended_data = 0
     groups = groups_per_row(width)
     for group in range(groups):
         first = group * GROUP_SIZE
         count = min(GROUP_SIZE, width - first)
-        codes[group] = -1  # all zero: no flag
+        codes[SHORT_TABLE, group] = -1
+        codes[EXTENDED_TABLE, group] = -1
         for col in range(first, first + count):
             if mapped[col] != 0:
-                codes[group], qsums[group] = choose_group_code(mapped, first, count, bits)
+                form, group_width, cost, qsum, value_width, nonzero = packed_or_rice(mapped, first, count, bits)
+                codes[SHORT_TABLE, group], qsums[SHORT_TABLE, group], data = table_choice(
+                    form, group_width, cost, qsum, value_width, nonzero, count, bits, False)
+                short_data += data
+                codes[EXTENDED_TABLE, group], qsums[EXTENDED_TABLE, group], data = table_choice(
+                    form, group_width, cost, qsum, value_width, nonzero, count, bits, True)
+                extended_data += data
                 flagged += 1
                 break
+    if flagged == 0:
+        return 1, 1
+    return (1 + groups + flagged * header_bits(bits, False) + short_data,
+            1 + groups + flagged * header_bits(bits, True) + extended_data)
+
+
+@device
+def write_fast_row(mapped, width, bits, out, writer, codes, qsums, extended):
+    """Append a row's bits: the any bit, group flags, headers, then each flagged group's data."""
+    groups = groups_per_row(width)
+    flagged = 0
+    for group in range(groups):
+        flagged += codes[group] >= 0
     if flagged == 0:
         put_bits(out, writer, 0, 1)
         return
@@ -442,11 +496,12 @@ def encode_fast_row(tile, row, width, bits, out, writer, mapped, codes, qsums):
         put_bits(out, writer, 1 if codes[group] >= 0 else 0, 1)
     for group in range(groups):
         if codes[group] >= 0:
-            put_bits(out, writer, codes[group] | (qsums[group] << code_bits(bits, True)), header_bits(bits, True))
+            put_bits(out, writer, codes[group] | (qsums[group] << code_bits(bits, extended)),
+                     header_bits(bits, extended))
     for group in range(groups):
         if codes[group] < 0:
             continue
-        form, group_width = group_form(codes[group], bits, True)
+        form, group_width = group_form(codes[group], bits, extended)
         first = group * GROUP_SIZE
         last = min(width, first + GROUP_SIZE)
         if form == FORM_SPARSE or form == FORM_BITMAP:
@@ -470,25 +525,36 @@ def encode_fast_row(tile, row, width, bits, out, writer, mapped, codes, qsums):
 
 @device
 def encode_fast_stream(tile, bits, out, start):
-    """Encode one tile-channel (2-D view) at out[start:]; returns the stream size (at most the raw
-    stream's)."""
+    """Encode one tile-channel (2-D view) at out[start:] in the code table that takes fewer bits
+    (the extended one, KIND_CODED_EXTENDED, on a tie; else KIND_CODED); returns the stream size (at
+    most the raw stream's)."""
     height, width = tile.shape
     raw_size = 1 + (bits // 8) * height * width
     constant = constant_value(tile)
     if constant >= 0:
         return encode_uncoded(tile, bits, out, start, constant)
+    groups = groups_per_row(width)
+    mapped = np.empty((height, width), np.int64)
+    codes = np.empty((height, 2, groups), np.int64)  # [row, SHORT_TABLE or EXTENDED_TABLE, group]
+    qsums = np.empty((height, 2, groups), np.int64)
+    short_bits = 0
+    extended_bits = 0
+    for row in range(height):
+        fast_row_residuals(tile, row, width, bits, mapped[row])
+        row_short, row_extended = choose_row_codes(mapped[row], width, bits, codes[row], qsums[row])
+        short_bits += row_short
+        extended_bits += row_extended
+    table = EXTENDED_TABLE if extended_bits <= short_bits else SHORT_TABLE
     limit = start + raw_size
+    if start + 1 + (min(short_bits, extended_bits) + 7) // 8 >= limit:
+        return encode_uncoded(tile, bits, out, start, -1)
     writer = np.empty(WRITER_STATE_SIZE, np.int64)
     writer_init(writer, start + 1, limit)
-    mapped = np.empty(width, np.int64)
-    codes = np.empty(groups_per_row(width), np.int64)
-    qsums = np.empty(groups_per_row(width), np.int64)
     for row in range(height):
-        encode_fast_row(tile, row, width, bits, out, writer, mapped, codes, qsums)
-        if writer[W_POS] >= limit:
-            return encode_uncoded(tile, bits, out, start, -1)
+        write_fast_row(mapped[row], width, bits, out, writer, codes[row, table], qsums[row, table],
+                       table == EXTENDED_TABLE)
     end = writer_flush(out, writer)
     if end >= limit:
         return encode_uncoded(tile, bits, out, start, -1)
-    out[start] = KIND_CODED_EXTENDED
+    out[start] = KIND_CODED_EXTENDED if table == EXTENDED_TABLE else KIND_CODED
     return end - start

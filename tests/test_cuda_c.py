@@ -319,12 +319,19 @@ def test_every_status_code_is_reachable_in_encoded_files():
     """Hand-made damage to one stream of real encoded files gives the CPU decoder's exact status."""
     from corruption import reseal
 
-    image = make_image("smooth_noise", 32, 16, 1, np.uint8, 1)
+    noisy = make_image("smooth_noise", 32, 16, 1, np.uint8, 1)
+    smooth = make_image("gradient", 32, 16, 1, np.uint8, 1)
     cases = []
-    for mode in ("compact", "fast"):
+    fast_kinds = set()
+    for mode, image in (("compact", noisy), ("fast", noisy), ("fast", smooth)):
         data = bytearray(_encode(image, mode, 16))
         start = fmt.parse(bytes(data)).payload_offset
-        assert data[start] == (fmt.KIND_CODED if mode == "compact" else fmt.KIND_CODED_EXTENDED)
+        extended = data[start] == fmt.KIND_CODED_EXTENDED
+        if mode == "compact":
+            assert data[start] == fmt.KIND_CODED
+        else:  # a fast stream takes the code table that makes it smaller: these two one each
+            fast_kinds.add(data[start])
+        code_bits = fast.code_bits(8, extended)
         bad_kind = bytearray(data)
         bad_kind[start] = 7
         cases.append((reseal(bytes(bad_kind)), fmt.STATUS_BAD_KIND))
@@ -335,10 +342,11 @@ def test_every_status_code_is_reachable_in_encoded_files():
         if mode == "compact":
             bad_header[start + 1] = 40  # run index > 31
         else:
-            # row 0: A = 1, one group flagged, its header at bits 2..13 of byte start + 1: packed width 8
-            # (extended code 15) with a nonzero qsum
+            # row 0: A = 1, one group flagged, its header from bit 2 of byte start + 1: packed width 8
+            # with a nonzero qsum
             assert data[start + 1] & 3 == 3
-            bad_header[start + 1:start + 3] = (((15 | 1 << 5) << 2) | 3).to_bytes(2, "little")
+            packed8 = fast.table_code(fast.FORM_PACKED, 8, 8, extended)
+            bad_header[start + 1:start + 3] = (((packed8 | 1 << code_bits) << 2) | 3).to_bytes(2, "little")
         cases.append((reseal(bytes(bad_header)), fmt.STATUS_BAD_HEADER))
         corrupt = bytearray(data)
         if mode == "compact":
@@ -346,8 +354,10 @@ def test_every_status_code_is_reachable_in_encoded_files():
             corrupt[start + 8] &= ~((1 << min(8, length_bits)) - 1) & 0xFF  # row 0 length -> 0 (low bits)
             cases.append((reseal(bytes(corrupt)), None))
         else:  # row 0's code -> Rice, k = 0: its unary part no longer holds its samples' ones
-            corrupt[start + 1] = (corrupt[start + 1] & 0x83) | (fast.extended_code(fast.FORM_RICE, 0, 8) << 2)
+            keep = (3 | 0xFF << (2 + code_bits)) & 0xFF  # all but the code's bits
+            corrupt[start + 1] = (corrupt[start + 1] & keep) | (fast.table_code(fast.FORM_RICE, 0, 8, extended) << 2)
             cases.append((reseal(bytes(corrupt)), fmt.STATUS_CORRUPT))
+    assert fast_kinds == {fmt.KIND_CODED, fmt.KIND_CODED_EXTENDED}
     constant = _encode(np.full((8, 16), 9, np.uint8), "compact", 16)
     cases.append((constant, 0))
     files = [c[0] for c in cases]

@@ -7,7 +7,7 @@ import pytest
 
 import l3codec
 from l3codec import format as fmt
-from stream_census import fast_census, stream_census
+from stream_census import fast_census, plane_streams, stream_census
 
 GOLDEN = pathlib.Path(__file__).parent / "golden"
 NAMES = sorted(path.stem for path in GOLDEN.glob("*.l3"))
@@ -72,6 +72,17 @@ def test_golden_fast_files_hold_every_group_form():
             for form, count in fast_census(data).items():
                 totals[form] = totals.get(form, 0) + count
     assert all(totals[form] for form in ("sparse", "packed", "rice", "bitmap")), totals
+
+
+def test_golden_fast_files_hold_both_code_tables():
+    """Each coded fast stream is written in the code table that makes it smaller (docs/FORMAT.md §7.5):
+    kind-1 (short codes) and kind-5 (extended codes) streams among the golden files."""
+    kinds = set()
+    for name in NAMES:
+        data = (GOLDEN / f"{name}.l3").read_bytes()
+        if l3codec.info(data).mode == "fast":
+            kinds.update(data[start] for _, start, _ in plane_streams(data))
+    assert {fmt.KIND_CODED, fmt.KIND_CODED_EXTENDED} <= kinds, kinds
 
 
 def test_golden_files_hold_palette_tiles():

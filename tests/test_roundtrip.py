@@ -113,8 +113,9 @@ def test_fast_zero_groups_cost_one_flag_bit():
     np.testing.assert_array_equal(l3codec.decode(l3codec.encode(image, mode="fast")), image)
 
 
-def _cheapest_code(values, bits):
-    """The reference encoder's choice (docs/FORMAT.md §7.5), by brute force: (form, width, qsum)."""
+def _cheapest_code(values, bits, extended):
+    """The reference encoder's choice in one code table (docs/FORMAT.md §7.5), by brute force:
+    (form, width, qsum, data bits)."""
     count = len(values)
     width = max(values).bit_length()
     options = [(count * width, 0, fast.FORM_PACKED, width, 0)]  # packing wins ties
@@ -123,16 +124,20 @@ def _cheapest_code(values, bits):
         if qsum < 2 ** fast.QSUM_BITS:
             options.append((count * (k + 1) + qsum, 1, fast.FORM_RICE, k, qsum))
     nonzero = sum(value != 0 for value in values)
-    options.append((nonzero * (fast.POSITION_BITS + width), 2, fast.FORM_SPARSE, width, nonzero))
-    options.append((count + nonzero * width, 3, fast.FORM_BITMAP, width, nonzero))
+    value_width = width if extended else bits  # the short table's sparse values take all bits
+    options.append((nonzero * (fast.POSITION_BITS + value_width), 2, fast.FORM_SPARSE, value_width, nonzero))
+    if extended:
+        options.append((count + nonzero * width, 3, fast.FORM_BITMAP, width, nonzero))
     cost, _, form, width, qsum = min(options)
-    return form, width, qsum
+    return form, width, qsum, cost
 
 
 @pytest.mark.parametrize("bits", [8, 16])
 def test_fast_encoder_takes_the_cheapest_group_code(bits):
+    """choose_row_codes on rows of one group: in each table the group's code is _cheapest_code's,
+    and the row's bits are its flag, header and data."""
     rng = np.random.default_rng(bits)
-    forms = set()
+    forms = {table: set() for table in (fast.SHORT_TABLE, fast.EXTENDED_TABLE)}
     for trial in range(300):
         count = int(rng.integers(1, fast.GROUP_SIZE + 1))
         scale = 2.0 ** rng.uniform(0, bits - 1)
@@ -145,12 +150,74 @@ def test_fast_encoder_takes_the_cheapest_group_code(bits):
             values[int(rng.integers(count))] = int(rng.integers(1, 2**bits))
         if rng.random() < 0.2:  # small values: a narrow sparse or bitmap group
             values = np.minimum(values, 3)
-        code, qsum = fast.choose_group_code(values, 0, count, bits)
-        form, width = fast.group_form(code, bits, True)
-        assert (form, width, qsum) == _cheapest_code(values.tolist(), bits)
-        forms.add(form)
-    # the trials reach every form
-    assert forms == {fast.FORM_SPARSE, fast.FORM_PACKED, fast.FORM_RICE, fast.FORM_BITMAP}
+        codes = np.empty((2, 1), np.int64)
+        qsums = np.empty((2, 1), np.int64)
+        row_bits = fast.choose_row_codes(values, count, bits, codes, qsums)
+        for table, extended in ((fast.SHORT_TABLE, False), (fast.EXTENDED_TABLE, True)):
+            form, width = fast.group_form(int(codes[table, 0]), bits, extended)
+            qsum = int(qsums[table, 0])
+            expected = _cheapest_code(values.tolist(), bits, extended)
+            assert (form, width, qsum) == expected[:3]
+            assert row_bits[table] == 2 + fast.header_bits(bits, extended) + expected[3]
+            assert expected[3] == fast.group_data_bits(form, width, qsum, count)
+            forms[table].add(form)
+    # the trials reach every form of each table
+    shared = {fast.FORM_SPARSE, fast.FORM_PACKED, fast.FORM_RICE}
+    assert forms == {fast.SHORT_TABLE: shared, fast.EXTENDED_TABLE: shared | {fast.FORM_BITMAP}}
+
+
+@pytest.mark.parametrize("difference", [-1, 0, 1])
+def test_a_fast_stream_takes_the_extended_table_on_equal_bits(difference):
+    """One row, one listed sample of 7 bits: sparse in both tables, the extended code one header
+    bit longer and one value bit shorter, so both tables take the same bits (the extended one
+    wins); a value one bit wider or narrower tips the choice."""
+    from l3codec import cpu
+
+    value = {-1: 25, 0: 50, 1: 100}[difference]  # mapped 2 * value: 6, 7 or 8 bits wide
+    tile = np.full((1, 64), 128, np.uint8)
+    tile[0, 63] += value  # row 0 is delta-coded: one non-zero residual, at the end
+    mapped = np.empty((1, 64), np.int64)
+    fast.fast_row_residuals(tile, 0, 64, 8, mapped[0])
+    assert np.count_nonzero(mapped) == 1 and mapped[0, 63] == 2 * value
+    short, extended = fast.choose_row_codes(mapped[0], 64, 8, np.empty((2, 1), np.int64), np.empty((2, 1), np.int64))
+    assert extended - short == difference
+    out = np.zeros(100, np.uint8)
+    size = cpu.encode_fast_stream(tile, 8, out, 0)
+    assert size == 1 + (min(short, extended) + 7) // 8
+    assert out[0] == (fmt.KIND_CODED_EXTENDED if difference <= 0 else fmt.KIND_CODED)
+    np.testing.assert_array_equal(l3codec.decode(l3codec.encode(tile, mode="fast", tile_width=64, tile_height=8)), tile)
+
+
+def _fast_row_bits(mapped, bits, extended):
+    """A fast row's bits in one code table, each group coded as _cheapest_code chooses."""
+    groups = [mapped[i:i + fast.GROUP_SIZE].tolist() for i in range(0, len(mapped), fast.GROUP_SIZE)]
+    flagged = [g for g in groups if any(g)]
+    if not flagged:
+        return 1
+    return (1 + len(groups) + len(flagged) * fast.header_bits(bits, extended)
+            + sum(_cheapest_code(g, bits, extended)[3] for g in flagged))
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16])
+def test_fast_streams_take_the_smaller_code_table(dtype):
+    """A coded fast stream is written in the code table that makes it smaller (the extended one on a
+    tie), at exactly that table's bits: a photograph loses nothing to the extended table's longer
+    headers, a label map gains its narrow sparse and bitmap groups."""
+    bits = np.iinfo(dtype).bits
+    kinds = set()
+    for kind in ("smooth_noise", "gradient"):  # one stream each (one tile, one channel)
+        image = make_image(kind, 40, 150, 1, dtype, seed=3)
+        data = l3codec.encode(image, mode="fast", tile_width=160, tile_height=40)
+        parsed = fmt.parse(data)
+        start, end = int(parsed.stream_starts[0]), int(parsed.stream_ends[0])
+        mapped = np.empty(image.shape, np.int64)
+        for row in range(image.shape[0]):
+            fast.fast_row_residuals(image, row, image.shape[1], bits, mapped[row])
+        short, extended = (sum(_fast_row_bits(row, bits, table) for row in mapped) for table in (False, True))
+        assert data[start] == (fmt.KIND_CODED_EXTENDED if extended <= short else fmt.KIND_CODED), kind
+        assert end - start == 1 + (min(short, extended) + 7) // 8, kind
+        kinds.add(data[start])
+    assert kinds == {fmt.KIND_CODED, fmt.KIND_CODED_EXTENDED}
 
 
 @pytest.mark.parametrize("bits", [8, 16])
