@@ -126,3 +126,34 @@ def test_a_stuck_worker_raises_naming_the_cause_instead_of_hanging(converted):
     result = _run_watched(STUCK_WORKER, converted, timeout=120)
     assert "stalled: no batch came from the loader's 1 workers in 5 s" in result.stdout, result.stdout
     assert "forkserver" in result.stdout
+
+
+NO_MAIN_GUARD = textwrap.dedent('''
+    import sys
+    from l3codec.loader import L3Dataset, Loader, WorkerExited
+
+    # no __main__ guard: every worker the forkserver starts imports this file again and fails
+    dataset = L3Dataset(sys.argv[1], fields=("image",), decode="cpu")
+    try:
+        next(iter(Loader(dataset, 1, device="cpu", num_workers=1)))
+    except WorkerExited as error:
+        print("exited:", error, flush=True)
+''')
+
+
+def test_a_script_without_a_main_guard_fails_fast_naming_the_guard(converted, tmp_path):
+    """Workers start from a forkserver, which imports the user's script: without the guard they die
+    at start. The loader waited its whole timeout (600 s) before torch noticed (the workers are not
+    its children, so no SIGCHLD); now it polls and names the guard."""
+    script = tmp_path / "train.py"  # a file, not -c: multiprocessing imports the main module's file
+    script.write_text(NO_MAIN_GUARD)
+    child = subprocess.Popen([sys.executable, str(script), converted], stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        output, _ = child.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(child.pid, signal.SIGKILL)
+        output, _ = child.communicate()
+        pytest.fail(f"the loader waited for workers that had died; its output:\n{output}")
+    assert "exited: DataLoader worker" in output, output
+    assert "if __name__ == \"__main__\":" in output

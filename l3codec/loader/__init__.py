@@ -26,9 +26,9 @@ from .dataset import DEFAULT_FIELDS, L3Dataset
 from .decode_steps import gpu_decode_step, host_decode_step
 from ..cache import SampleCache
 from .loader import Loader
-from .workers import WORKER_TIMEOUT_S, WorkerStalled
+from .workers import WORKER_TIMEOUT_S, WorkerExited, WorkerStalled
 
 __all__ = [
     "L3Dataset", "Loader", "CenterCrop", "Full", "RandomCrop", "RandomResizedCrop", "host_decode_step",
-    "gpu_decode_step", "WorkerStalled", "WORKER_TIMEOUT_S", "DEFAULT_FIELDS", "SampleCache",
+    "gpu_decode_step", "WorkerExited", "WorkerStalled", "WORKER_TIMEOUT_S", "DEFAULT_FIELDS", "SampleCache",
 ]

@@ -24,7 +24,8 @@ from .decode_steps import gpu_decode_step
 from .device import _Device, _to_device
 from .finish import Finish, replace_bad_samples
 from .workers import (
-    WORKER_TIMEOUT_S, _BatchSource, _batch_dict, _decoders, _identity, _watched, _worker_context, _worker_init,
+    WORKER_TIMEOUT_S, _BatchSource, _batch_dict, _decoders, _identity, _poll_interval, _stop_workers, _watched,
+    _worker_context, _worker_init,
 )
 
 
@@ -69,7 +70,8 @@ class Loader:
     decode_step: replaces the GPU decode (gpu_decode_step(backend)); host_decode_step runs the GPU
     path's logic without a GPU. transform: applied to each yielded batch dict.
     multiprocessing_context: how workers start (default: a forkserver, see _worker_context).
-    timeout: seconds to wait for a batch from the workers before raising WorkerStalled (0: forever).
+    timeout: seconds to wait for a batch from the workers before raising WorkerStalled (0: forever);
+    a worker that dies raises WorkerExited within WORKER_POLL_S.
     cache: an l3codec.cache.SampleCache for the dataset's compressed bytes (see L3Dataset).
     """
 
@@ -168,7 +170,7 @@ class Loader:
                 prefetch_factor=self.prefetch_factor if workers else None, persistent_workers=workers > 0,
                 worker_init_fn=init, pin_memory=self.dataset.decode == "cpu" and self._device.cuda,
                 multiprocessing_context=context if workers else None,
-                timeout=self.timeout if workers else 0,
+                timeout=_poll_interval(self.timeout) if workers else 0,
             )
             if workers:
                 atexit.register(_stop_workers_at_exit, weakref.ref(self._batches_loader))
@@ -272,9 +274,8 @@ def _stop_workers_at_exit(data_loader: weakref.ref) -> None:
     (atexit runs the later registration first): left to interpreter teardown, they were stopped
     after it, and the resource tracker reported their queues' semaphores as leaked."""
     loader = data_loader()
-    iterator = getattr(loader, "_iterator", None)
-    if iterator is not None and hasattr(iterator, "_shutdown_workers"):
-        iterator._shutdown_workers()
+    if loader is not None:
+        _stop_workers(loader)
 
 
 def check_shared_memory(needed: int, directory: str = "/dev/shm") -> None:

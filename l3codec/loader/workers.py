@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing
+import time
 
 import numpy as np
 import torch
@@ -19,10 +20,17 @@ from .finish import Finish, region_view, replace_bad_samples
 # a batch from the workers that takes longer is a stuck worker, not a slow one: a first batch that
 # compiles the CPU decoder takes under a minute, and a sibling compile is waited for 300 s at most
 WORKER_TIMEOUT_S = 600.0
+# how often the wait for a batch checks that every worker is alive: workers are the forkserver's
+# children, not this process's, so no SIGCHLD tells torch that one died
+WORKER_POLL_S = 5.0
 
 
 class WorkerStalled(RuntimeError):
     """No batch came from the loader's workers within the timeout."""
+
+
+class WorkerExited(RuntimeError):
+    """A worker died before handing over its batch (it failed at start, or was killed)."""
 
 
 def _identity(batch):
@@ -116,17 +124,30 @@ def _worker_context() -> str:
     return "forkserver" if "forkserver" in methods else "spawn"
 
 
+def _poll_interval(timeout: float) -> float:
+    """The DataLoader's own timeout: one wait for a batch, after which torch checks its workers."""
+    return min(WORKER_POLL_S, timeout) if timeout > 0 else WORKER_POLL_S
+
+
 def _watched(batches: DataLoader, timeout: float):
-    """Iterate a DataLoader, turning its timeout into an error that names the likely causes."""
+    """Iterate a DataLoader (whose timeout is _poll_interval's), turning a dead worker into
+    WorkerExited within a poll, and no batch in `timeout` seconds (0: never) into WorkerStalled,
+    each naming the likely causes."""
     iterator = iter(batches)
+    waiting_since = time.monotonic()
     while True:
         try:
-            yield next(iterator)
+            batch = next(iterator)
         except StopIteration:
             return
-        except RuntimeError as error:
+        except (RuntimeError, ConnectionError) as error:
+            if isinstance(error, ConnectionError) or "exited unexpectedly" in str(error):
+                _stop_workers(batches)  # so that the next epoch starts workers anew
+                raise WorkerExited(_exited_message(error)) from None
             if "timed out" not in str(error):
                 raise
+            if not timeout or time.monotonic() - waiting_since < timeout:
+                continue  # the workers are alive: wait on
             raise WorkerStalled(
                 f"no batch came from the loader's {batches.num_workers} workers in {timeout:g} s: a worker is "
                 f"stuck. Workers started by forking a process whose thread pools were running (torch's "
@@ -134,6 +155,26 @@ def _watched(batches: DataLoader, timeout: float):
                 f"unless multiprocessing_context says otherwise (it is {_start_method(batches.multiprocessing_context)!r}). "
                 f"A source that never answers (a FIFO, a stalled remote read) stalls them too."
             ) from None
+        yield batch
+        waiting_since = time.monotonic()
+
+
+def _exited_message(error: Exception) -> str:
+    # a ConnectionError: a worker killed after it queued a batch, whose memory is shared through
+    # the worker's socket, before torch noticed the worker had gone
+    what = str(error) if isinstance(error, RuntimeError) else \
+        f"a DataLoader worker exited unexpectedly: its batch could not be received ({error!r})"
+    return (f"{what}. Workers start from a forkserver, which imports your script again in each of them: "
+            f"keep the training entry point under `if __name__ == \"__main__\":`, or the workers fail at start "
+            f"(their traceback is above). A worker killed for memory (the kernel's OOM killer) exits like this too.")
+
+
+def _stop_workers(batches: DataLoader) -> None:
+    """Stop a DataLoader's persistent workers and forget them: its next iteration starts new ones."""
+    iterator = getattr(batches, "_iterator", None)
+    if iterator is not None and hasattr(iterator, "_shutdown_workers"):
+        iterator._shutdown_workers()
+    batches._iterator = None
 
 
 def _worker_init(owner: int, decoders: tuple, notice, worker_id: int) -> None:
