@@ -134,27 +134,23 @@ class SampleCache:
     def _locked(self):
         return _Lock(os.path.join(self.directory, ".lock"))
 
-    def _usage(self, inserting: str = "") -> int:
+    def _usage(self) -> int:
         try:
             with open(os.path.join(self.directory, "usage"), "rb") as file:
                 return int(file.read() or 0)
-        except (OSError, ValueError):  # damaged: count again (without the insert under way)
-            return self._recount(inserting)
+        except (OSError, ValueError):  # damaged: count again
+            return self._recount()
 
     def _set_usage(self, value: int) -> None:
         _write_atomic(os.path.join(self.directory, "usage"), str(max(value, 0)).encode(), self._pid)
 
-    def _recount(self, inserting: str = "") -> int:
-        """Bytes of every linked entry and live insert (but `inserting`); stale inserts of dead
-        processes removed."""
+    def _recount(self) -> int:
+        """Bytes of every linked entry; stale inserts of dead processes removed. A live insert is
+        not counted: it adds its own bytes when it links its entry, under the lock."""
         total = 0
         for dataset in _dataset_dirs(self.directory):
             for temp in glob.glob(os.path.join(dataset, ".tmp-*")):
-                if temp == inserting:
-                    continue
-                if _pid_alive(_temp_pid(temp)):
-                    total += _size(temp)
-                else:
+                if not _pid_alive(_temp_pid(temp)):
                     _unlink(temp)
             for path in _entries(dataset):
                 total += _size(path)
@@ -235,7 +231,7 @@ class SampleCache:
                 file.write(header)
                 file.write(data)
             with self._locked():
-                usage = self._usage(inserting=temp)
+                usage = self._usage()
                 if usage + need > self.capacity:
                     if self.policy == "minio":
                         _unlink(temp)

@@ -90,6 +90,52 @@ INSERTER = textwrap.dedent("""
 """)
 
 
+PAUSED_INSERTER = textwrap.dedent("""
+    import glob, os, sys, time
+    from l3codec import cache
+    from l3codec.dataset import open_dataset
+
+    root, directory, capacity, marker, go = sys.argv[1:6]
+    real_enter = cache._Lock.__enter__
+    def enter_when_told(lock):  # an insert waits with its bytes written, before taking the lock
+        if glob.glob(os.path.join(directory, "*", f".tmp-{os.getpid()}-*")) and not os.path.exists(go):
+            open(marker, "w").close()
+            while not os.path.exists(go):
+                time.sleep(0.01)
+        return real_enter(lock)
+    cache._Lock.__enter__ = enter_when_told
+    reader = open_dataset(root, "train", cache=cache.SampleCache(directory, int(capacity)))
+    for i in range(4):
+        reader.read(i, "image")
+""")
+
+
+def test_a_recount_while_another_job_is_inserting_counts_its_entry_once(dataset, tmp_path):
+    """A job that finds what a killed job left recounts the usage while another job's insert is
+    written but not yet linked: that insert adds its own bytes when it links, so the recount must not
+    count them too (usage drifted above the entries' bytes, and the cache filled early)."""
+    local = open_dataset(dataset, "train")
+    directory, capacity = tmp_path / "shared", int(member_bytes(local).sum() * 2)
+    marker, go = tmp_path / "paused", tmp_path / "go"
+    inserter = subprocess.Popen([sys.executable, "-c", PAUSED_INSERTER, str(dataset), str(directory), str(capacity),
+                                 str(marker), str(go)])
+    deadline = time.monotonic() + 60
+    while not marker.exists():
+        assert inserter.poll() is None and time.monotonic() < deadline
+        time.sleep(0.02)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stale = directory / local.dataset_id / f".tmp-{int(dead.stdout)}-1"  # what a killed job left
+    stale.write_bytes(b"x" * 100)
+    reader = open_dataset(dataset, "train", cache=SampleCache(directory, capacity))
+    reader.read(SAMPLES - 1, "image")  # finds the stale insert: removes it and recounts
+    assert not stale.exists()
+    go.touch()
+    assert inserter.wait(timeout=60) == 0
+    report = cache_report(directory)
+    assert report["datasets"][local.dataset_id]["entries"] == 5
+    assert int((directory / "usage").read_text()) == report["bytes"]
+
+
 def test_two_jobs_insert_at_once_and_one_killed_inside_an_insert_leaves_it_usable(dataset, tmp_path):
     local = open_dataset(dataset, "train")
     directory, capacity = tmp_path / "shared", int(member_bytes(local).sum() * 2 // 3)
