@@ -570,7 +570,7 @@ def kernel_seconds(items: list, backend: str, repeat: int) -> float:
 
     prepared = gpu.prepare(items)
     layout = batching.packed_layout(prepared)
-    host = np.zeros(max(layout.size, 1), np.uint8)
+    host = np.zeros(max(layout.device_size, 1), np.uint8)  # the packed batch, then its LZ scratch area
     batching.write_packed(prepared, layout, host)
     best = math.inf
     if backend == "cupy":

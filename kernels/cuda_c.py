@@ -1,4 +1,5 @@
-"""The CUDA C decoders (kernels/compact.cu, kernels/fast.cu): build, launch geometry, launch, ptxas report.
+"""The CUDA C decoders (kernels/compact.cu, kernels/fast.cu, and kernels/lz.cu, which expands LZ
+streams before them): build, launch geometry, launch, ptxas report.
 
 Launch ABI (both kernels; each decodes 8- and 16-bit items)::
 
@@ -118,7 +119,11 @@ KERNELS = {
 }
 
 
-SOURCES = tuple(kernel.source for kernel in KERNELS.values())
+# The LZ streams' expansion into raw streams, launched before the decode kernels (batch.py):
+#     l3_expand_lz(uint8* data, int64 data_size, const L3Expansion* expansions, int64 count, int32* status)
+# a warp per expansion, LZ_WARPS_PER_BLOCK warps per block.
+EXPAND_SOURCE, EXPAND_KERNEL = "lz.cu", "l3_expand_lz"
+SOURCES = (*(kernel.source for kernel in KERNELS.values()), EXPAND_SOURCE)
 
 
 def block_shape(launch) -> tuple:
@@ -201,7 +206,7 @@ def load_module(filename: str, device=None):
         with device:
             module = cupy.RawModule(code=source_text(filename), options=COMPILE_OPTIONS)
             try:
-                module.get_function(next(k.kernel for k in KERNELS.values() if k.source == filename))
+                module.get_function(next((k.kernel for k in KERNELS.values() if k.source == filename), EXPAND_KERNEL))
             except Exception as error:  # CuPy raises its driver error types; their text names the cause
                 text = str(error)
                 if "UNSUPPORTED_PTX_VERSION" in text or "NO_BINARY_FOR_GPU" in text or "INVALID_PTX" in text:
@@ -296,6 +301,25 @@ def launch(launch, data, stream_starts, stream_ends, out, status, *, stream=None
             status,
         )
         kernel((task_count,), block_shape(launch), args, shared_mem=shared)
+
+
+def expand_grid(count: int) -> tuple:
+    """(grid, block) of l3_expand_lz for `count` expansions: a warp each."""
+    warps = header_constants(KERNEL_DIR / EXPAND_SOURCE)["LZ_WARPS_PER_BLOCK"]
+    return (-(-count // warps),), (32 * warps,)
+
+
+def launch_expand(data, expansions, status, *, stream=None):
+    """Expand a packed batch's LZ streams into its scratch area (batch.packed_views: data is the whole
+    device buffer, expansions its (n, 7) int64 table, status the batch's int32 status array)."""
+    count = int(expansions.shape[0])
+    if count == 0:
+        return
+    context = stream if stream is not None else _NoStream()
+    with context:
+        kernel = load_module(EXPAND_SOURCE).get_function(EXPAND_KERNEL)
+        grid, block = expand_grid(count)
+        kernel(grid, block, (data, np.int64(data.size), expansions, np.int64(count), status))
 
 
 class _NoStream:

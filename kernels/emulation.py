@@ -139,6 +139,15 @@ extern "C" int l3emu_launch(int kernel, long long grid, int bx, int by, int bz, 
     });
 }
 
+extern "C" void l3_expand_lz(unsigned char*, long long, const L3Expansion*, long long, int*);
+
+extern "C" int l3emu_expand(long long grid, int threads, int order, unsigned seed, unsigned char* data,
+                            long long data_size, const L3Expansion* expansions, long long count, int* status) {
+    return cuda_emu::launch(dim3((unsigned)grid), dim3(threads, 1, 1), 0, order, seed, [=] {
+        l3_expand_lz(data, data_size, expansions, count, status);
+    });
+}
+
 extern "C" const char* l3emu_last_error() { return cuda_emu::last_error(); }
 %(traffic_exports)s
 // field < 0: the struct size; else the byte offset of field number `field`
@@ -148,7 +157,7 @@ extern "C" long long l3emu_item_layout(int field) {
         offsetof(L3Item, transform), offsetof(L3Item, tile_width), offsetof(L3Item, tile_height),
         offsetof(L3Item, tiles_x), offsetof(L3Item, stream_base), offsetof(L3Item, region_y),
         offsetof(L3Item, region_x), offsetof(L3Item, region_h), offsetof(L3Item, region_w),
-        offsetof(L3Item, out_offset), offsetof(L3Item, out_row_pitch)};
+        offsetof(L3Item, out_offset), offsetof(L3Item, out_row_pitch), offsetof(L3Item, data_end)};
     return field < 0 ? (long long)sizeof(L3Item) : offsets[field];
 }
 
@@ -183,6 +192,7 @@ ITEM_FIELDS = (
     "region_w",
     "out_offset",
     "out_row_pitch",
+    "data_end",
 )
 TASK_FIELDS = ("item", "tile_y", "tile_x")
 
@@ -330,6 +340,8 @@ def kernel_library(build: str = "plain") -> ctypes.CDLL:
             ptr,
             ptr,
         ]
+        lib.l3emu_expand.restype = i32
+        lib.l3emu_expand.argtypes = [i64, i32, i32, ctypes.c_uint, ptr, i64, ptr, i64, ptr]
         lib.l3emu_last_error.restype = ctypes.c_char_p
         for function in (lib.l3emu_item_layout, lib.l3emu_task_layout):
             function.restype, function.argtypes = i64, [i32]
@@ -411,12 +423,26 @@ def decode_batch_emulated(
         raise ValueError("count traffic or coverage, not both at once")
     batch = l3batch.prepare(items, regions)
     lib = kernel_library("traffic" if traffic is not None else "coverage" if coverage is not None else "plain")
-    data = GuardedBuffer(batch.data, guard)
-    starts, ends = batch.stream_starts + data.shift, batch.stream_ends + data.shift
+    # the LZ streams' scratch area after the batch's bytes, as on a device (batch.packed_layout)
+    scratch = -(-batch.data.size // 8) * 8
+    data = GuardedBuffer(np.concatenate([batch.data, np.zeros(scratch - batch.data.size + batch.scratch_size,
+                                                                np.uint8)]), guard)
+    starts, ends, expansions = l3batch.expanded_tables(batch, scratch + data.shift)
+    starts, ends = starts + data.shift, ends + data.shift
+    expansions["source"] += data.shift
+    expansions["source_end"] += data.shift
+    expansions["prefix_start"] += data.shift
     out = aligned_full(batch.out_size + CANARY_BYTES, CANARY)
     status = np.zeros(len(batch.infos), np.int32)
+    if expansions.size:
+        (grid,), (threads,) = cuda_c.expand_grid(expansions.size)
+        result = lib.l3emu_expand(grid, threads, ORDERS[order], seed, _pointer(data.array), data.array.size,
+                                  _pointer(expansions), expansions.size, _pointer(status))
+        if result != 0:
+            raise EmulationError(f"{cuda_c.EXPAND_KERNEL}: {lib.l3emu_last_error().decode()}")
     for launch in batch.launches:
-        table_items = np.ascontiguousarray(launch.items)
+        table_items = np.array(launch.items)
+        table_items["data_end"] += data.shift
         table_tasks = np.ascontiguousarray(launch.tasks)
         launch_status = np.zeros(len(table_items), np.int32)
         shape = cuda_c.block_shape(launch) if block is None else block
@@ -452,7 +478,7 @@ def decode_batch_emulated(
             coverage.add_from(lib)
         if result != 0:
             raise EmulationError(f"{cuda_c.kernel_name(launch)}: {lib.l3emu_last_error().decode()}")
-        status[launch.item_index] = launch_status
+        status[launch.item_index] = np.where(status[launch.item_index] != 0, status[launch.item_index], launch_status)
     written = np.zeros(out.size, bool)
     for offset, shape, dtype in zip(batch.out_offsets, batch.shapes, batch.dtypes):
         written[offset : offset + int(np.prod(shape)) * dtype.itemsize] = True

@@ -415,9 +415,9 @@ L3_DEVICE void decode_fast_tile(const unsigned char* __restrict__ data, long lon
     const int w = (int)min_of(item.tile_width, item.width - tile_x0);
     const int ring = fast_ring_rows(channels, tile_width, item.tile_height, sizeof(T));
     const int band = ring - 1;
-    // the item's file ends with its last stream: reads stop there, as the CPU decoder's stop at the file's end
-    const long long tiles_y = (unsigned)(item.height + item.tile_height - 1) / (unsigned)item.tile_height;  // < 2**29
-    const long long size = min_of(data_size, stream_ends[item.stream_base + tiles_y * item.tiles_x * channels - 1]);
+    // a coded stream's reads stop at the end of the item's bytes, as the CPU decoder's stop at the file's
+    // end; the other reads stay inside their streams, which may lie in the LZ scratch area past it
+    const long long size = min_of(data_size, item.data_end);
 
     unsigned char* smem = l3_dynamic_shared();
     FastShared& sh = *reinterpret_cast<FastShared*>(smem);
@@ -428,10 +428,10 @@ L3_DEVICE void decode_fast_tile(const unsigned char* __restrict__ data, long lon
     if (tid < channels) {  // stream headers, one thread per channel
         const long long stream = item.stream_base + (task.tile_y * item.tiles_x + task.tile_x) * channels + tid;
         const long long end = stream_ends[stream];
-        const PlaneStream plane = open_stream(data, size, stream_starts[stream], end, tid, stream_starts[stream - tid],
+        const PlaneStream plane = open_stream(data, data_size, stream_starts[stream], end, tid, stream_starts[stream - tid],
                                               channels, (int)sizeof(T));
         const long long start = plane.start;
-        const int kind = (int)load_byte(data, size, start);
+        const int kind = (int)load_byte(data, data_size, start);
         int code = STATUS_OK, source = SOURCE_ZERO;
         colours = plane.colours;
         palette_stream = stream_starts[stream];
@@ -452,7 +452,7 @@ L3_DEVICE void decode_fast_tile(const unsigned char* __restrict__ data, long lon
         sh.data_pos[tid] = (start + 1) * 8;  // a coded stream's rows start after the kind byte
         sh.status[tid] = code;
         sh.source[tid] = source;
-        sh.value[tid] = source == SOURCE_CONSTANT ? (int)load_sample<T>(data, size, start + 1) : 0;
+        sh.value[tid] = source == SOURCE_CONSTANT ? (int)load_sample<T>(data, data_size, start + 1) : 0;
         sh.extended[tid] = kind == KIND_CODED_EXTENDED;
     }
     if (tid == 0) {
@@ -481,7 +481,7 @@ L3_DEVICE void decode_fast_tile(const unsigned char* __restrict__ data, long lon
                 } else if (source == SOURCE_RAW) {
                     const long long base = (sh.data_pos[channel] >> 3) + (long long)r * w * (long long)sizeof(T);
                     for (int col = tid; col < w; col += FAST_THREADS)
-                        row[col] = (T)load_sample<T>(data, sh.size, base + (long long)col * (long long)sizeof(T));
+                        row[col] = (T)load_sample<T>(data, data_size, base + (long long)col * (long long)sizeof(T));
                 } else {
                     const T value = (T)sh.value[channel];
                     for (int col = tid; col < w; col += FAST_THREADS) row[col] = value;
@@ -498,7 +498,7 @@ L3_DEVICE void decode_fast_tile(const unsigned char* __restrict__ data, long lon
         if (sh.writer.colours != 0 || sh.writer.transform != 0) {  // block-uniform: a palette tile's indices
             T* table = stage + (long long)ring * channels * tile_width;  // become colours, the colour transform
             if (r0 == 0 && sh.writer.colours != 0)                       // is undone, but for the copy in ring
-                load_palette<T>(sh.writer, data, sh.size, table, tid, FAST_THREADS);  // row 0, which the next
+                load_palette<T>(sh.writer, data, data_size, table, tid, FAST_THREADS);  // row 0, which the next
             __syncthreads();                                                          // band predicts from
 #pragma unroll 1
             for (int r = 1; r <= r1 - r0; ++r)

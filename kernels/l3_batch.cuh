@@ -1,4 +1,5 @@
-// Launch tables of the GPU decoders: C mirrors of l3codec/batch.py's ITEM_DTYPE and TASK_DTYPE.
+// Launch tables of the GPU decoders: C mirrors of l3codec/batch.py's ITEM_DTYPE, TASK_DTYPE and
+// EXPANSION_DTYPE.
 //
 // Every field is a little-endian int64, in the dtype's field order, so the structs
 // have no padding and sizeof(L3Item) == ITEM_DTYPE.itemsize (tests/test_cuda_c.py
@@ -21,6 +22,7 @@ struct L3Item {
     long long region_w;
     long long out_offset;     // byte offset of the region's pixel (0, 0) in the output buffer
     long long out_row_pitch;  // bytes between output rows
+    long long data_end;       // byte after the item's own bytes in data: the fast kernel's reads stop there
 };
 
 struct L3Task {
@@ -29,7 +31,20 @@ struct L3Task {
     long long tile_x;
 };
 
-#define L3_ITEM_FIELDS 15
+// An LZ plane stream to expand into a raw one (kernels/lz.cu), before the decode kernels run.
+struct L3Expansion {
+    long long source;        // the LZ stream's kind byte
+    long long source_end;
+    long long prefix_start;  // prefix_bytes kept before it (a palette's header and colour table)
+    long long prefix_bytes;
+    long long target;        // where the raw stream goes: the prefix, KIND_RAW, raw_bytes of samples
+    long long raw_bytes;
+    long long status;        // the status entry of the stream's item
+};
+
+#define L3_ITEM_FIELDS 16
 #define L3_TASK_FIELDS 3
-static_assert(sizeof(L3Item) == L3_ITEM_FIELDS * 8, "L3Item must be 15 packed int64");
+#define L3_EXPANSION_FIELDS 7
+static_assert(sizeof(L3Item) == L3_ITEM_FIELDS * 8, "L3Item must be 16 packed int64");
 static_assert(sizeof(L3Task) == L3_TASK_FIELDS * 8, "L3Task must be 3 packed int64");
+static_assert(sizeof(L3Expansion) == L3_EXPANSION_FIELDS * 8, "L3Expansion must be 7 packed int64");

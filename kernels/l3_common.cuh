@@ -55,6 +55,7 @@ enum : int {  // format.KIND_*
     KIND_PALETTE = 3,
     KIND_PALETTE_MEMBER = 4,
     KIND_CODED_EXTENDED = 5,
+    KIND_LZ = 6,
 };
 enum : int {
     PALETTE_HEADER_BYTES = 2,   // format.PALETTE_HEADER_BYTES: kind, colours - 1

@@ -34,13 +34,14 @@ import numpy as np
 from numba import config, cuda
 
 import l3codec
-from l3codec import batch, bitio, colour, compact, fast, streams
+from l3codec import batch, bitio, colour, compact, fast, lz, streams
 from l3codec import format as fmt
 from l3codec.jit import compile_device_functions
 
 from . import cuda_c
 
-_dev = compile_device_functions([bitio, colour, streams, compact, fast], cuda.jit(device=True, inline="always"))
+_dev = compile_device_functions([bitio, colour, lz, streams, compact, fast], cuda.jit(device=True, inline="always"))
+expand_lz = _dev.expand_lz
 read_bits = _dev.read_bits
 inverse_colour = _dev.inverse_colour
 neighbours = _dev.neighbours
@@ -89,8 +90,14 @@ I_TILES_X, I_STREAM_BASE = _ITEM["tiles_x"], _ITEM["stream_base"]
 I_REGION_Y, I_REGION_X, I_REGION_H, I_REGION_W = (
     _ITEM["region_y"], _ITEM["region_x"], _ITEM["region_h"], _ITEM["region_w"]
 )
-I_OUT_OFFSET, I_OUT_PITCH = _ITEM["out_offset"], _ITEM["out_row_pitch"]
+I_OUT_OFFSET, I_OUT_PITCH, I_DATA_END = _ITEM["out_offset"], _ITEM["out_row_pitch"], _ITEM["data_end"]
 T_ITEM, T_TILE_Y, T_TILE_X = 0, 1, 2
+_EXPANSION = {name: i for i, name in enumerate(batch.EXPANSION_DTYPE.names)}
+X_SOURCE, X_SOURCE_END, X_PREFIX_START = _EXPANSION["source"], _EXPANSION["source_end"], _EXPANSION["prefix_start"]
+X_PREFIX_BYTES, X_TARGET, X_RAW_BYTES, X_STATUS = (
+    _EXPANSION["prefix_bytes"], _EXPANSION["target"], _EXPANSION["raw_bytes"], _EXPANSION["status"]
+)
+KIND_RAW = fmt.KIND_RAW
 
 KIND_CODED = fmt.KIND_CODED
 KIND_CODED_EXTENDED = fmt.KIND_CODED_EXTENDED
@@ -479,18 +486,18 @@ def decode_fast(data, stream_starts, stream_ends, items, tasks, ring_rows, out, 
     item, channels, bits, y0, x0, h, w = task_tile(items, tasks, task)
     tile_width = items[item, I_TILE_WIDTH]
     mask = (np.int64(1) << bits) - 1
-    # the item's file ends with its last stream: reads stop there, as the CPU decoder's stop at the file's end
-    tiles_y = (items[item, I_HEIGHT] + items[item, I_TILE_HEIGHT] - 1) // items[item, I_TILE_HEIGHT]
-    buf = data[:stream_ends[items[item, I_STREAM_BASE] + tiles_y * items[item, I_TILES_X] * channels - 1]]
+    # a coded stream's reads stop at the end of the item's bytes, as the CPU decoder's stop at the file's
+    # end; the other reads stay inside their streams, which may lie in the LZ scratch area past it
+    buf = data[:items[item, I_DATA_END]]
 
-    palette = (buf, np.int64(0), np.int64(0))
+    palette = (data, np.int64(0), np.int64(0))
     for channel in range(channels):
         stream = stream_id(items, tasks, task, item, channel)
         end = stream_ends[stream]
-        code, start, colours = plane_stream_status(buf, stream_starts[stream], end, channel,
+        code, start, colours = plane_stream_status(data, stream_starts[stream], end, channel,
                                                    stream_starts[stream - channel], channels, bits // 8, h * w)
         if code == STATUS_OK and colours > 0:
-            palette = (buf, stream_starts[stream], colours)
+            palette = (data, stream_starts[stream], colours)
         codes[channel] = code
         plane_starts[channel] = -1 if colours == PLANE_MEMBER else start
         data_pos[channel] = (start + 1) * 8  # a coded stream's rows start after its kind byte
@@ -505,13 +512,13 @@ def decode_fast(data, stream_starts, stream_ends, items, tasks, ring_rows, out, 
             start = plane_starts[channel]
             if codes[channel] != STATUS_OK or start < 0:
                 continue  # block-uniform: every thread holds the same codes; a member has no plane of its own
-            kind = buf[start]
+            kind = data[start]
             if not is_coded(kind):
                 for index in range(thread, (b1 - b0) * w, threads):
                     row = b0 + index // w
                     col = index % w
                     stage[staged(channel, row, col, ring)] = uncoded_sample(
-                        buf, start, kind, row * w + col, bits // 8
+                        data, start, kind, row * w + col, bits // 8
                     )
                 continue
             for row in range(b0, b1):
@@ -579,7 +586,7 @@ def decode_fast(data, stream_starts, stream_ends, items, tasks, ring_rows, out, 
     for channel in range(channels):
         code = codes[channel]
         stream = stream_id(items, tasks, task, item, channel)
-        if code == STATUS_OK and plane_starts[channel] >= 0 and is_coded(buf[plane_starts[channel]]):
+        if code == STATUS_OK and plane_starts[channel] >= 0 and is_coded(data[plane_starts[channel]]):
             if (data_pos[channel] + 7) // 8 != stream_ends[stream]:
                 code = STATUS_BAD_SIZE  # the stream ends in the byte holding its last bit
         if thread == 0:
@@ -660,6 +667,37 @@ def _fast_geometry(launch) -> tuple:
 _GEOMETRY = {fmt.MODE_COMPACT: _compact_geometry, fmt.MODE_FAST: _fast_geometry}
 
 
+# ---------------------------------------------------------------- LZ streams, expanded before the decode
+
+@cached_on_content
+@cuda.jit
+def expand_streams(data, expansions, status):
+    """A thread per LZ stream (batch.EXPANSION_DTYPE rows): the bytes kept before its LZ plane, KIND_RAW,
+    then the plane's raw bytes, at its target in the scratch area, where the stream tables point
+    (kernels/lz.cu expands with a warp per stream)."""
+    index = cuda.grid(1)
+    if index >= expansions.shape[0]:
+        return
+    target, prefix = expansions[index, X_TARGET], expansions[index, X_PREFIX_BYTES]
+    for i in range(prefix):
+        data[target + i] = data[expansions[index, X_PREFIX_START] + i]
+    data[target + prefix] = KIND_RAW
+    code = expand_lz(data, expansions[index, X_SOURCE] + 1, expansions[index, X_SOURCE_END], data,
+                     target + prefix + 1, expansions[index, X_RAW_BYTES])
+    report(status, expansions[index, X_STATUS], code)
+
+
+EXPAND_THREADS = WARP
+
+
+def expand_lz_streams(data, expansions, status, stream=0) -> None:
+    """Launch expand_streams on a packed batch's device buffer (batch.packed_views), before its decode
+    launches on the same stream."""
+    count = int(expansions.shape[0])
+    if count:
+        expand_streams[-(-count // EXPAND_THREADS), EXPAND_THREADS, stream](data, expansions, status)
+
+
 def launch_geometry(launch) -> tuple:
     """(kernel, grid, block, dynamic shared bytes, extra kernel arguments) for a batch.Launch.
 
@@ -677,9 +715,10 @@ _HEAD = (
     "Array(uint8, 1, 'C', readonly=True)", "int64[::1]", "int64[::1]", "int64[:, ::1]", "int64[:, ::1]"
 )
 _TAIL = ("uint8[::1]", "int32[::1]")
-SIGNATURES = {"decode_compact": (*_HEAD, *_TAIL), "decode_fast": (*_HEAD, "int64", *_TAIL)}
+SIGNATURES = {"decode_compact": (*_HEAD, *_TAIL), "decode_fast": (*_HEAD, "int64", *_TAIL),
+              "expand_streams": ("uint8[::1]", "int64[:, ::1]", "int32[::1]")}
 # threads per block each kernel is launched with (compact: a warp per channel)
-LAUNCH_THREADS = {"decode_compact": WARP * MAX_CHANNELS, "decode_fast": FAST_THREADS}
+LAUNCH_THREADS = {"decode_compact": WARP * MAX_CHANNELS, "decode_fast": FAST_THREADS, "expand_streams": EXPAND_THREADS}
 
 
 def compile_ptx(name: str, cc=(9, 0)) -> str:

@@ -7,7 +7,10 @@ mirror as structs (kernels/l3_batch.cuh) and the Numba kernels index by field.
 This module imports neither cupy nor numba.
 
 A launch decodes the items of one mode (8- and 16-bit alike): one block per task,
-a task being one tile of one item that intersects the item's region.
+a task being one tile of one item that intersects the item's region. Before the launches, the
+LZ streams of those tiles (kind 6, docs/FORMAT.md §5.2) are expanded on the device by a kernel
+of their own into raw streams in a scratch area after the packed bytes, and the stream tables
+point there: the decode kernels read them as any raw stream.
 """
 
 from __future__ import annotations
@@ -39,13 +42,31 @@ ITEM_DTYPE = np.dtype(
         ("region_w", "<i8"),
         ("out_offset", "<i8"),  # byte offset of the region's pixel (0, 0) in the output buffer
         ("out_row_pitch", "<i8"),  # bytes between output rows
+        ("data_end", "<i8"),  # byte after the item's own bytes in data: reads stop there (fast)
     ]
 )
-assert ITEM_DTYPE.itemsize == 15 * 8
+assert ITEM_DTYPE.itemsize == 16 * 8
 
 # One record per block: a tile of an item.
 TASK_DTYPE = np.dtype([("item", "<i8"), ("tile_y", "<i8"), ("tile_x", "<i8")])
 assert TASK_DTYPE.itemsize == 3 * 8
+
+# One record per LZ plane stream to expand (a warp each): its LZ stream (from its kind byte) at
+# [source, source_end), the prefix_bytes before it at prefix_start that the stream keeps (a palette's
+# header and colour table: an LZ index plane), and where the raw stream goes: prefix, KIND_RAW,
+# then raw_bytes of samples, at target. status: the entry of the status array its item reports in.
+EXPANSION_DTYPE = np.dtype(
+    [
+        ("source", "<i8"),
+        ("source_end", "<i8"),
+        ("prefix_start", "<i8"),
+        ("prefix_bytes", "<i8"),
+        ("target", "<i8"),
+        ("raw_bytes", "<i8"),
+        ("status", "<i8"),
+    ]
+)
+assert EXPANSION_DTYPE.itemsize == 7 * 8
 
 
 @dataclass
@@ -78,6 +99,11 @@ class Batch:
     out_size: int  # bytes of the whole output buffer
     launches: list
     data_offsets: np.ndarray | None = None  # int64 byte offset of each item's file in data
+    # LZ streams to expand before the launches: EXPANSION_DTYPE with targets relative to the scratch
+    # area and status the item's index in the batch; stream index of each in expanded_streams
+    expansions: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, EXPANSION_DTYPE))
+    expanded_streams: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
+    scratch_size: int = 0  # bytes of the expanded streams
 
     @property
     def same_shape(self) -> bool:
@@ -224,8 +250,10 @@ def assemble(plans, data: np.ndarray, /, *, layout=None, data_offsets=None) -> B
             info.width, info.height, info.channels, info.bits,
             fmt.TRANSFORMS[info.transform],
             info.tile_width, info.tile_height, info.tiles_x, stream_base[i],
-            *plan.region, out_offsets[i], pitches[i],
+            *plan.region, out_offsets[i], pitches[i], data_offsets[i] + sizes[i],
         )
+
+    expansions, expanded_streams, scratch_size = _lz_expansions(plans, data, stream_base, stream_starts, stream_ends)
 
     launches = []
     modes = np.array([fmt.MODES[info.mode] for info in infos])
@@ -264,13 +292,61 @@ def assemble(plans, data: np.ndarray, /, *, layout=None, data_offsets=None) -> B
         out_size=int(out_size),
         launches=launches,
         data_offsets=data_offsets,
+        expansions=expansions,
+        expanded_streams=expanded_streams,
+        scratch_size=scratch_size,
     )
+
+
+def _lz_expansions(plans, data, stream_base, stream_starts, stream_ends) -> tuple:
+    """(EXPANSION_DTYPE records, their stream indices, scratch bytes) for the LZ plane streams of the
+    tiles each item's region needs: streams of kind 6, and palette streams whose index plane is one.
+    Only kinds and the palette's count byte are read; the expansion kernel checks the rest, and a
+    stream it cannot expand reports STATUS_CORRUPT, as the CPU decoder does."""
+    records, streams = [], []
+    for item, plan in enumerate(plans):
+        info = plan.info
+        used, _, _ = region_streams(info, plan.region)
+        index = stream_base[item] + used
+        starts, ends = stream_starts[index], stream_ends[index]
+        present = ends > starts
+        kinds = np.full(used.size, -1, np.int64)
+        kinds[present] = data[starts[present]]
+        sample_bytes = info.bits // 8
+        plane = starts.copy()
+        palette = present & (kinds == fmt.KIND_PALETTE) & (used % info.channels == 0) & (ends - starts >= 2)
+        colours = data[starts[palette] + 1].astype(np.int64) + 1
+        plane[palette] = starts[palette] + fmt.PALETTE_HEADER_BYTES + colours * info.channels * sample_bytes
+        palette &= plane < ends
+        plane_kinds = kinds.copy()
+        plane_kinds[palette] = data[plane[palette]]
+        lz = present & (plane_kinds == fmt.KIND_LZ) & ((kinds == fmt.KIND_LZ) | palette)
+        if not lz.any():
+            continue
+        tiles = used[lz] // info.channels
+        heights = np.minimum(info.tile_height, info.height - tiles // info.tiles_x * info.tile_height)
+        widths = np.minimum(info.tile_width, info.width - tiles % info.tiles_x * info.tile_width)
+        record = np.zeros(int(lz.sum()), EXPANSION_DTYPE)
+        record["source"], record["source_end"] = plane[lz], ends[lz]
+        record["prefix_start"], record["prefix_bytes"] = starts[lz], plane[lz] - starts[lz]
+        record["raw_bytes"] = heights * widths * sample_bytes
+        record["status"] = item
+        records.append(record)
+        streams.append(index[lz])
+    if not records:
+        return np.zeros(0, EXPANSION_DTYPE), np.zeros(0, np.int64), 0
+    records = np.concatenate(records)
+    spans = (records["prefix_bytes"] + 1 + records["raw_bytes"] + 7) // 8 * 8
+    records["target"] = np.concatenate([[0], np.cumsum(spans)[:-1]])
+    return records, np.concatenate(streams), int(spans.sum())
 
 
 @dataclass(frozen=True)
 class PackedLayout:
     """Where a batch's bytes and tables lie in one buffer, so that a single copy takes all of it to
-    the device: byte offsets, each 8-byte aligned; per launch, its item and task tables."""
+    the device: byte offsets, each 8-byte aligned; per launch, its item and task tables; the LZ
+    expansions. The scratch area for the expanded streams follows at `size` on the device (it is
+    not copied): a device buffer holds device_size bytes, of which the kernels see all as data."""
 
     data_size: int
     stream_starts: int
@@ -278,7 +354,14 @@ class PackedLayout:
     stream_count: int
     items: tuple
     tasks: tuple
+    expansions: int
+    expansion_count: int
     size: int
+    scratch_size: int = 0
+
+    @property
+    def device_size(self) -> int:
+        return self.size + self.scratch_size
 
 
 def packed_layout(batch: Batch) -> PackedLayout:
@@ -295,7 +378,24 @@ def packed_layout(batch: Batch) -> PackedLayout:
         offset += launch.items.nbytes
         tasks.append(offset)
         offset += launch.tasks.nbytes
-    return PackedLayout(int(batch.data.size), starts, ends, count, tuple(items), tuple(tasks), offset)
+    expansions = offset
+    offset += batch.expansions.nbytes
+    return PackedLayout(int(batch.data.size), starts, ends, count, tuple(items), tuple(tasks), expansions,
+                        len(batch.expansions), offset, batch.scratch_size)
+
+
+def expanded_tables(batch: Batch, scratch: int, status_index=None) -> tuple:
+    """(stream_starts, stream_ends, expansions) for a scratch area at byte `scratch` of the kernels'
+    data: each expanded stream read where its expansion puts it. status_index maps a batch item to
+    its entry of the status array (default: the item itself)."""
+    starts, ends = batch.stream_starts.copy(), batch.stream_ends.copy()
+    expansions = batch.expansions.copy()
+    expansions["target"] += scratch
+    if status_index is not None:
+        expansions["status"] = np.asarray(status_index, np.int64)[expansions["status"]]
+    starts[batch.expanded_streams] = expansions["target"]
+    ends[batch.expanded_streams] = expansions["target"] + expansions["prefix_bytes"] + 1 + expansions["raw_bytes"]
+    return starts, ends, expansions
 
 
 def write_packed(batch: Batch, layout: PackedLayout, buffer: np.ndarray, /) -> None:
@@ -304,22 +404,29 @@ def write_packed(batch: Batch, layout: PackedLayout, buffer: np.ndarray, /) -> N
         raise L3Error(f"a {buffer.size}-byte buffer cannot hold a packed batch of {layout.size} bytes")
     if batch.data.size and batch.data.ctypes.data != buffer.ctypes.data:
         buffer[:layout.data_size] = batch.data
-    buffer[layout.stream_starts:layout.stream_ends].view(np.int64)[:] = batch.stream_starts
-    buffer[layout.stream_ends:layout.stream_ends + 8 * layout.stream_count].view(np.int64)[:] = batch.stream_ends
+    order = np.concatenate([launch.item_index for launch in batch.launches])  # gpu.status_order
+    position = np.empty(len(batch.infos), np.int64)
+    position[order] = np.arange(order.size)
+    starts, ends, expansions = expanded_tables(batch, layout.size, position)
+    buffer[layout.stream_starts:layout.stream_ends].view(np.int64)[:] = starts
+    buffer[layout.stream_ends:layout.stream_ends + 8 * layout.stream_count].view(np.int64)[:] = ends
     for launch, items, tasks in zip(batch.launches, layout.items, layout.tasks):
         buffer[items:items + launch.items.nbytes] = launch.items.view(np.uint8)
         buffer[tasks:tasks + launch.tasks.nbytes] = launch.tasks.view(np.uint8)
+    buffer[layout.expansions:layout.expansions + expansions.nbytes] = expansions.view(np.uint8)
 
 
 def packed_views(layout: PackedLayout, launches, buffer, /, int64_type=np.int64) -> tuple:
-    """(data, stream_starts, stream_ends, [(items, tasks) per launch]) as views of a flat uint8 packed
-    buffer of any array library with slicing, .view(dtype) and .reshape (numpy, CuPy, Numba device
-    arrays; torch with int64_type=torch.int64): int64 tables, items (n, 15) and tasks (n, 3)."""
+    """(data, stream_starts, stream_ends, [(items, tasks) per launch], expansions) as views of a flat
+    uint8 packed buffer of any array library with slicing, .view(dtype) and .reshape (numpy, CuPy,
+    Numba device arrays; torch with int64_type=torch.int64): int64 tables, items (n, 16), tasks
+    (n, 3), expansions (n, 7). data is the whole buffer when it has a scratch area (the expanded
+    streams lie there), else the batch's bytes."""
     def int64(start: int, count: int, columns: int | None = None):
         view = buffer[start:start + 8 * count].view(int64_type)
         return view if columns is None else view.reshape(count // columns, columns)
 
-    data = buffer[:layout.data_size]
+    data = buffer[:layout.device_size] if layout.scratch_size else buffer[:layout.data_size]
     starts = int64(layout.stream_starts, layout.stream_count)
     ends = int64(layout.stream_ends, layout.stream_count)
     tables = []
@@ -329,7 +436,9 @@ def packed_views(layout: PackedLayout, launches, buffer, /, int64_type=np.int64)
             int64(items, len(launch.items) * item_columns, item_columns),
             int64(tasks, len(launch.tasks) * task_columns, task_columns),
         ))
-    return data, starts, ends, tables
+    columns = len(EXPANSION_DTYPE.names)
+    expansions = int64(layout.expansions, layout.expansion_count * columns, columns)
+    return data, starts, ends, tables, expansions
 
 
 def _region_tiles(info: fmt.Info, region) -> np.ndarray:

@@ -25,7 +25,7 @@ from numba.core.registry import CPUDispatcher
 from numba.cpython.unsafe.numbers import trailing_zeros as _count_trailing_zeros
 from numba.extending import intrinsic
 
-from . import bitio, colour, compact, fast, first_use, palette, streams
+from . import bitio, colour, compact, fast, first_use, lz, palette, streams
 from . import format as fmt
 from .jit import cached_njit, compile_device_functions
 
@@ -82,7 +82,7 @@ _INLINED = {
     "add_green", "med", "neighbours", "tile_neighbours", "activity_context", "unzigzag", "rice_parameter",
     "adapted", "initial_sum", "decode_code", "decode_run", "predict", "groups_per_row", "unpredicted", "slot",
     "decode_rice_group", "decode_sparse_group", "decode_bitmap_group", "decode_fast_row_residuals", "unpredict_row",
-    "zigzag", "adapt", "appended", "appended_code", "appended_run",
+    "zigzag", "adapt", "appended", "appended_code", "appended_run", "lz_length", "hash_at", "chain_position", "longest_match", "put_length", "put_sequence", "sequence_bytes",
     # the palette's helpers: each compiled apart cost about half a second of the first use
     "colour_key", "hash_slot", "find_slot", "sort_keys", "tile_palette", "palette_indices", "palette_may_pay", "palette_table_bytes", "write_palette_table", "write_palette_member", "open_stream",
     "palette_sample",
@@ -111,7 +111,7 @@ def _compile_once_per_type(func):
     return _compile(func, _UnliteralDispatcher)
 
 
-_MODULES = [bitio, colour, streams, compact, fast, palette]
+_MODULES = [bitio, colour, lz, streams, compact, fast, palette]
 _REPLACED = None if numba.config.DISABLE_JIT else _REPLACEMENTS
 _dev = compile_device_functions(_MODULES, _compile, replacements=_REPLACED)
 _encoders = compile_device_functions(_MODULES, _compile_once_per_type, replacements=_REPLACED)
@@ -132,6 +132,8 @@ encode_compact_stream = _encoders.encode_compact_stream
 decode_compact_stream = _dev.decode_compact_stream
 encode_fast_stream = _encoders.encode_fast_stream
 decode_fast_stream = _dev.decode_fast_stream
+smaller_as_lz = _encoders.smaller_as_lz
+lz_scratch = _encoders.lz_scratch
 
 
 
@@ -263,18 +265,25 @@ def _stream_tile(planes, stream, grid):
     return planes[stream % channels, y0:min(y0 + tile_height, height), x0:min(x0 + tile_width, width)]
 
 
+# Each stream in its mode's coding, then as an LZ stream where that is smaller (docs/FORMAT.md §5.2).
 @_cached
 def _encode_compact_streams(planes, grid, bits, out, slot_bytes, sizes, first, stop):
+    raw, block, head, chain = lz_scratch(grid[1], grid[2], bits)
     for stream in range(first, stop):
         tile = _stream_tile(planes, stream, grid)
-        sizes[stream] = encode_compact_stream(tile, bits, out, stream * slot_bytes)
+        start = stream * slot_bytes
+        sizes[stream] = smaller_as_lz(tile, bits, out, start, encode_compact_stream(tile, bits, out, start),
+                                      raw, block, head, chain)
 
 
 @_cached
 def _encode_fast_streams(planes, grid, bits, out, slot_bytes, sizes, first, stop):
+    raw, block, head, chain = lz_scratch(grid[1], grid[2], bits)
     for stream in range(first, stop):
         tile = _stream_tile(planes, stream, grid)
-        sizes[stream] = encode_fast_stream(tile, bits, out, stream * slot_bytes)
+        start = stream * slot_bytes
+        sizes[stream] = smaller_as_lz(tile, bits, out, start, encode_fast_stream(tile, bits, out, start),
+                                      raw, block, head, chain)
 
 
 # Palette tiles, in three passes over the tiles so that the index planes are coded by the very

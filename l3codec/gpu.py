@@ -128,16 +128,19 @@ def launch_packed(prepared: batching.Batch, layout: batching.PackedLayout, buffe
                   backend: str = "cupy", stream=None) -> None:
     """Launch every mode's kernel for a batch whose packed buffer (batch.write_packed) is on the device.
 
-    buffer, out: flat uint8 device arrays of the backend (CuPy or Numba); status: a zeroed int32
-    device array, one entry per item, filled in status_order(prepared). Nothing is copied or
-    synchronised here: the caller copies buffer in before and reads status after, once per batch.
+    buffer, out: flat uint8 device arrays of the backend (CuPy or Numba), buffer of layout.device_size
+    bytes (the packed bytes, then room for the expanded LZ streams); status: a zeroed int32 device
+    array, one entry per item, filled in status_order(prepared). Nothing is copied or synchronised
+    here: the caller copies the packed bytes in before and reads status after, once per batch.
     """
-    data, starts, ends, tables = batching.packed_views(layout, prepared.launches, buffer)
+    data, starts, ends, tables, expansions = batching.packed_views(layout, prepared.launches, buffer)
     first = 0
     if backend == "numba":
         from .kernels import numba_kernels
 
         geometries = [numba_kernels.launch_geometry(launch) for launch in prepared.launches]  # may refuse
+        if layout.expansion_count:  # the LZ streams, expanded into the scratch area first (same stream)
+            numba_kernels.expand_lz_streams(data, expansions, status, stream)
         for launch, (items, tasks), (kernel, grid, block, shared, extra) in zip(prepared.launches, tables, geometries):
             launch_status = status[first:first + len(launch.items)]
             kernel[grid, block, stream, shared](data, starts, ends, items, tasks, *extra, out, launch_status)
@@ -145,6 +148,8 @@ def launch_packed(prepared: batching.Batch, layout: batching.PackedLayout, buffe
         return
     from .kernels import cuda_c
 
+    if layout.expansion_count:
+        cuda_c.launch_expand(data, expansions, status, stream=stream)
     for launch, (items, tasks) in zip(prepared.launches, tables):
         launch_status = status[first:first + len(launch.items)]
         cuda_c.launch(launch, data, starts, ends, out, launch_status, stream=stream, items=items, tasks=tasks)
@@ -171,7 +176,8 @@ def _run_numba(prepared, out, stream):
     layout = batching.packed_layout(prepared)
     staging = cuda.pinned_array(max(layout.size, 1), np.uint8)
     batching.write_packed(prepared, layout, staging)
-    buffer = cuda.to_device(staging, stream=stream)  # one copy: data and tables
+    buffer = cuda.device_array(max(layout.device_size, 1), np.uint8, stream=stream)
+    buffer[:max(layout.size, 1)].copy_to_device(staging, stream=stream)  # one copy: data and tables
     status_device = cuda.to_device(np.zeros(len(prepared.infos), np.int32), stream=stream)
     launch_packed(prepared, layout, buffer, output, status_device, backend="numba", stream=stream)
     status = np.zeros(len(prepared.infos), np.int32)
@@ -197,7 +203,7 @@ def _run_cupy(prepared, out, stream):
         pinned = cupy.cuda.alloc_pinned_memory(max(layout.size, 1))
         staging = np.frombuffer(pinned, np.uint8, layout.size)
         batching.write_packed(prepared, layout, staging)
-        buffer = cupy.empty(max(layout.size, 1), np.uint8)
+        buffer = cupy.empty(max(layout.device_size, 1), np.uint8)
         buffer[:layout.size].set(staging, stream=stream)  # one copy: data and tables
         status_device = cupy.zeros(len(prepared.infos), np.int32)
         launch_packed(prepared, layout, buffer, output, status_device, backend="cupy", stream=stream)

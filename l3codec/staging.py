@@ -205,7 +205,8 @@ def _staged(samples, layouts, out_size, skipped, prepared=None, packed=None) -> 
 
 def staging_bytes(reader, fields, batch_size: int) -> int:
     """A staging buffer size that holds any batch of this split: the batch_size largest samples' bytes
-    (plan_samples stages a repeated sample once), plus their launch tables at most (two int64 per stream, a task per tile, a record per item)."""
+    (plan_samples stages a repeated sample once), plus their launch tables at most (two int64 and an
+    LZ expansion per stream, a task per tile, a record per item)."""
     data = np.zeros(len(reader), np.int64)
     tables = np.zeros(len(reader), np.int64)
     for name in fields:
@@ -213,7 +214,8 @@ def staging_bytes(reader, fields, batch_size: int) -> int:
         # every stream holds at least one byte beside its 4-byte table entry; tiles are at least 16x8
         streams = np.minimum(sizes // 5, -(-shapes[:, 0] // 8) * -(-shapes[:, 1] // 16) * shapes[:, 2])
         data += sizes
-        tables += streams * (16 + batching.TASK_DTYPE.itemsize) + batching.ITEM_DTYPE.itemsize + 8
+        tables += (streams * (16 + batching.TASK_DTYPE.itemsize + batching.EXPANSION_DTYPE.itemsize)
+                   + batching.ITEM_DTYPE.itemsize + 8)
     # tables are per item, and a repeated sample has one per appearance
     largest = np.sort(data)[-batch_size:].sum() + batch_size * tables.max(initial=0)
     return int(largest + 16 * (len(fields) + 2) * 8)

@@ -7,11 +7,12 @@ every decoder accepts and rejects exactly the same streams.
 
 import numpy as np
 
-from .format import (KIND_CODED, KIND_CODED_EXTENDED, KIND_CONSTANT, KIND_PALETTE, KIND_PALETTE_MEMBER, KIND_RAW, PALETTE_HEADER_BYTES,
-                     STATUS_BAD_KIND, STATUS_BAD_SIZE, STATUS_OK)
+from .format import (KIND_CODED, KIND_CODED_EXTENDED, KIND_CONSTANT, KIND_LZ, KIND_PALETTE, KIND_PALETTE_MEMBER, KIND_RAW,
+                     PALETTE_HEADER_BYTES, STATUS_BAD_KIND, STATUS_BAD_SIZE, STATUS_OK)
 from .jit import device
+from .lz import HASH_BITS, MATCH_START_LIMIT, encode_lz_block, expand_lz, lz_may_pay, raw_bytes
 
-PLANE_OWN = 0  # open_stream's colours for a stream that codes its own plane (kinds 0-2)
+PLANE_OWN = 0  # open_stream's colours for a stream that codes its own plane (kinds 0-2, 5, 6)
 PLANE_MEMBER = -1  # ... for a palette member: the tile's channel-0 stream writes its plane
 
 
@@ -31,7 +32,7 @@ def open_stream(buf, start, end, channel, tile_start, channels, bytes_per_sample
     if in_palette_tile:  # a palette tile's other channels are members, nothing else
         return STATUS_BAD_KIND, start, PLANE_OWN
     if kind != KIND_PALETTE:
-        return STATUS_OK, start, PLANE_OWN  # kinds 0-2 and 5, or a bad kind that uncoded_stream_status reports
+        return STATUS_OK, start, PLANE_OWN  # kinds 0-2, 5 and 6, or a bad kind that uncoded_stream_status reports
     if channel != 0:
         return STATUS_BAD_KIND, start, PLANE_OWN
     if end - start < PALETTE_HEADER_BYTES:
@@ -140,10 +141,18 @@ def encode_uncoded(tile, bits, out, start, constant):
 
 @device
 def decode_uncoded(buf, start, end, tile, bits):
-    """Check a stream's kind and size and fill tile if it is constant or raw: (status, coded),
+    """Check a stream's kind and size and fill tile if it is constant, raw or LZ: (status, coded),
     where coded says the mode's own decoder must take it."""
     height, width = tile.shape
     kind = buf[start]
+    if kind == KIND_LZ:  # expanded to the raw stream's bytes, then read as those
+        raw = np.empty(height * width * (bits // 8), np.uint8)
+        status = expand_lz(buf, start + 1, end, raw, 0, raw.shape[0])
+        if status == STATUS_OK:
+            for row in range(height):
+                for col in range(width):
+                    tile[row, col] = read_sample(raw, (row * width + col) * (bits // 8), bits // 8)
+        return status, False
     status = uncoded_stream_status(kind, end - start, bits // 8, height * width)
     if status != STATUS_OK or is_coded(kind):
         return status, status == STATUS_OK
@@ -151,3 +160,30 @@ def decode_uncoded(buf, start, end, tile, bits):
         for col in range(width):
             tile[row, col] = uncoded_sample(buf, start, kind, row * width + col, bits // 8)
     return status, False
+
+
+@device
+def smaller_as_lz(tile, bits, out, start, size, raw, block, head, chain):
+    """The stream of `size` bytes at out[start:] (the tile plane's, coded by its mode), replaced by
+    an LZ stream where that is smaller; returns the stream's size. raw, block, head, chain: scratch
+    (lz_scratch)."""
+    if size <= 1 + bits // 8:  # constant
+        return size
+    if tile.size * (bits // 8) <= MATCH_START_LIMIT or not lz_may_pay(tile, head):
+        return size
+    count = raw_bytes(tile, bits, raw)
+    end = encode_lz_block(raw, count, block, 1, size, head, chain)
+    if end < 0:
+        return size
+    out[start] = KIND_LZ
+    for i in range(1, end):
+        out[start + i] = block[i]
+    return end
+
+
+@device
+def lz_scratch(tile_width, tile_height, bits):
+    """smaller_as_lz's scratch for tiles of at most this size: (raw, block, head, chain)."""
+    count = tile_width * tile_height * (bits // 8)
+    return (np.empty(count, np.uint8), np.empty(count + 1, np.uint8), np.empty(1 << HASH_BITS, np.int32),
+            np.empty(count, np.int32))

@@ -223,6 +223,31 @@ EXTENDED_ROWS = [
 ]
 
 
+def lz_length_bytes(extra: int) -> bytes:
+    """An LZ4 length's bytes after its token nibble of 15: 255s, then the rest."""
+    return b"\xff" * (extra // 255) + bytes([extra % 255])
+
+
+def lz_sequence(literals: bytes, offset=None, match: int = 4) -> bytes:
+    """One LZ4 sequence (docs/FORMAT.md §5.2): literals, then unless offset is None a match."""
+    token = min(len(literals), 15) << 4
+    tail = b""
+    if offset is not None:
+        token |= min(match - 4, 15)
+        tail = offset.to_bytes(2, "little") + (lz_length_bytes(match - 19) if match - 4 >= 15 else b"")
+    return bytes([token]) + (lz_length_bytes(len(literals) - 15) if len(literals) >= 15 else b"") + literals + tail
+
+
+def lz_stream(*sequences) -> bytes:
+    return bytes([fmt.KIND_LZ]) + b"".join(sequences)
+
+
+# LZ streams for a 4 x 16 compact tile (64 bytes): a row of literals, a match of the row above
+# (offset 16) for rows 1-2 and an overlapping run (offset 1) for row 3, then a last literal
+LZ_ROW = bytes(range(100, 116))
+VALID_LZ = lz_stream(lz_sequence(LZ_ROW, 16, 32), lz_sequence(b"\x07", 1, 14), lz_sequence(b"\x09"))
+
+
 def status_cases() -> dict:
     """{name: (file, the status every decoder must report)}: every status code in both modes,
     and streams with several faults, where the first failing row decides (docs/FORMAT.md §8)."""
@@ -266,6 +291,22 @@ def status_cases() -> dict:
             (palette_stream(200, compact_stream(valid4), 3), compact_stream(valid4), MEMBER), 4, kind),
         "compact palette in channel 1": (
             (bytes([fmt.KIND_CONSTANT, 7]), palette_stream(2, bytes([fmt.KIND_CONSTANT, 1]), 2)), 4, kind),
+        "compact LZ": (VALID_LZ, 4, ok),
+        "compact LZ, literals only, with length bytes": (lz_stream(lz_sequence(bytes(range(64)))), 4, ok),
+        "compact LZ, a long match with length bytes": (lz_stream(lz_sequence(b"\x05", 1, 62), lz_sequence(b"\x06")), 4, ok),
+        "compact LZ, kind byte alone": (lz_stream(), 4, corrupt),
+        "compact LZ, a byte short": (lz_stream(lz_sequence(LZ_ROW, 16, 32), lz_sequence(b"\x07", 1, 14)), 4, corrupt),
+        "compact LZ, a byte too many": (VALID_LZ + bytes([0x10, 1]), 4, corrupt),
+        "compact LZ, match past the tile": (lz_stream(lz_sequence(LZ_ROW, 16, 64)), 4, corrupt),
+        "compact LZ, offset 0": (lz_stream(lz_sequence(LZ_ROW, 0, 47), lz_sequence(b"\x09")), 4, corrupt),
+        "compact LZ, offset before the start": (lz_stream(lz_sequence(LZ_ROW, 17, 47), lz_sequence(b"\x09")), 4, corrupt),
+        "compact LZ, ends inside an offset": (lz_stream(lz_sequence(LZ_ROW, 16, 47))[:-1], 4, corrupt),
+        "compact LZ, ends inside a length": (lz_stream(bytes([0xF0])), 4, corrupt),
+        "compact LZ, literals past its end": (lz_stream(lz_sequence(LZ_ROW))[:-3], 4, corrupt),
+        "compact palette, LZ indices": (palette_stream(120, VALID_LZ), 4, ok),
+        "compact palette, LZ indices corrupt": (palette_stream(120, lz_stream(lz_sequence(LZ_ROW, 99, 48))), 4, corrupt),
+        "compact LZ beside a palette": ((palette_stream(200, compact_stream(valid4), 2), VALID_LZ), 4, kind),
+        "compact LZ of 3 channels": ((VALID_LZ, lz_stream(lz_sequence(bytes(64))), VALID_LZ), 4, ok),
         "compact constant too long": (bytes([fmt.KIND_CONSTANT, 7, 7]), 4, size),
         "compact raw too short": (bytes([fmt.KIND_RAW]) + bytes(4 * WIDTH - 1), 4, size),
         "compact header cut short": (compact_stream(valid4)[:7], 4, size),
@@ -357,6 +398,16 @@ def status_cases() -> dict:
             fast_stream([UNARY_SHORT], cut_bits=len(UNARY_SHORT) - 9), 1, size),
         "fast last row corrupt, bytes after it": (fast_stream([ZERO_ROW, VALUE_TOO_LARGE], tail=b"\0"), 2, corrupt),
     }
+    # fast: 3 rows of 80 samples, 16-bit: 480 bytes, a row and then matches of it
+    lz16_row = bytes(range(0, 160))
+    cases["fast 16-bit LZ"] = (lz_stream(lz_sequence(lz16_row, 160, 315), lz_sequence(b"\x01\x02\x03\x04\x05")),
+                               3, ok, 16)
+    cases["fast 16-bit LZ, a sample short"] = (lz_stream(lz_sequence(lz16_row, 160, 315), lz_sequence(b"\x01\x02\x03")),
+                                               3, corrupt, 16)
+    cases["fast LZ indices of a palette"] = (
+        palette_stream(200, lz_stream(lz_sequence(bytes(range(80)), 80, 155), lz_sequence(bytes(5)))), 3, ok)
+    cases["fast LZ ending in a match"] = (lz_stream(lz_sequence(bytes(range(80)), 80, 160)), 3, corrupt)
+    cases["fast LZ, an empty last sequence"] = (lz_stream(lz_sequence(bytes(range(80)), 80, 160), lz_sequence(b"")), 3, ok)
     cases["fast 16-bit rice k 14"] = (
         fast_stream([fast_row([rice_group([(1 << 16) - 1] + [1 << 14] * 63, 14, 16), None], 16)]), 1, ok, 16)
     cases["fast 16-bit sparse group"] = (

@@ -20,6 +20,10 @@ IMAGES = [
     ("labels", 9, 40, 1, np.uint16, "fast", 32, 8, "none"),  # 16-bit sparse and bitmap groups
     ("flat_graphics", 14, 40, 3, np.uint8, "compact", 32, 32, "rg-mean"),  # palette tiles and members
     ("flat_graphics", 12, 40, 4, np.uint8, "fast", 32, 8, "subtract-green"),
+    # LZ streams (docs/FORMAT.md §5.2): a plane (and the compact 16-bit labels above: one), and a
+    # palette's index plane
+    ("text", 12, 64, 3, np.uint16, "fast", 64, 8, "rg-mean"),
+    ("text", 12, 64, 2, np.uint16, "fast", 64, 8, "none"),
 ]
 
 

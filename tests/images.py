@@ -2,7 +2,7 @@
 
 import numpy as np
 
-KINDS = ("noise", "gradient", "constant", "labels", "extremes", "smooth_noise", "flat_graphics")
+KINDS = ("noise", "gradient", "constant", "labels", "extremes", "smooth_noise", "flat_graphics", "text")
 
 
 def make_image(kind: str, height: int, width: int, channels: int, dtype, seed: int = 0) -> np.ndarray:
@@ -34,6 +34,14 @@ def make_image(kind: str, height: int, width: int, channels: int, dtype, seed: i
         edges = np.zeros((height, width), bool)
         edges[:, 1:] = np.any(image[:, 1:] != image[:, :-1], axis=2)
         image[edges] = (image[edges] + np.roll(image, 1, axis=1)[edges]) // 2
+    elif kind == "text":
+        # lines of four antialiased 6x9 glyphs in random order on a light background: the same
+        # glyph, sample for sample, all over the tile (what LZ streams are for)
+        glyphs = rng.integers(0, 4, (4, 9, 6)) * (top // 3)
+        image = np.full((height, width, channels), top - top // 10)
+        for y in range(1, height - 9, 11):
+            for x in range(2, width - 6, 7):
+                image[y:y + 9, x:x + 6] = np.minimum(image[y:y + 9, x:x + 6], glyphs[rng.integers(0, 4)][:, :, None])
     elif kind == "smooth_noise":
         yy, xx = np.mgrid[0:height, 0:width]
         base = (np.sin(yy / 5.0) + np.cos(xx / 7.0) + 2) * top / 4.5

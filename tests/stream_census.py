@@ -8,7 +8,7 @@ from l3codec import format as fmt
 
 
 KIND_NAMES = {fmt.KIND_CONSTANT: "constant", fmt.KIND_CODED: "coded", fmt.KIND_CODED_EXTENDED: "coded", fmt.KIND_RAW: "raw",
-              fmt.KIND_PALETTE: "palette", fmt.KIND_PALETTE_MEMBER: "member"}
+              fmt.KIND_PALETTE: "palette", fmt.KIND_PALETTE_MEMBER: "member", fmt.KIND_LZ: "lz"}
 
 
 def plane_streams(data):
@@ -33,8 +33,8 @@ def stream_census(data) -> dict:
     parsed = fmt.parse(data)
     info = parsed.info
     buf = np.frombuffer(data, np.uint8)
-    census = {"constant": 0, "coded": 0, "raw": 0, "palette": 0, "member": 0, "copy_rows": 0,
-              "index_constant": 0, "index_coded": 0, "index_raw": 0}
+    census = {"constant": 0, "coded": 0, "raw": 0, "lz": 0, "palette": 0, "member": 0, "copy_rows": 0,
+              "index_constant": 0, "index_coded": 0, "index_raw": 0, "index_lz": 0}
     census["member"] = sum(int(buf[start] == fmt.KIND_PALETTE_MEMBER) for start in parsed.stream_starts)
     for stream, start, end in plane_streams(data):
         kind = int(buf[start])

@@ -15,6 +15,7 @@ VERSION1 = GOLDEN / "v1"  # files written by format version 1, kept as they were
 VERSION2 = GOLDEN / "v2"  # and by version 2
 VERSION3 = GOLDEN / "v3"  # and by version 3
 VERSION4 = GOLDEN / "v4"  # and by version 4
+VERSION5 = GOLDEN / "v5"  # and by version 5
 
 
 def _stored_version(data):
@@ -96,15 +97,29 @@ def test_golden_files_hold_palette_tiles():
     assert {("compact", 8, True), ("fast", 8, True), ("fast", 16, True), ("compact", 16, False)} <= reached, reached
 
 
-OLDER_FILES = [(version, path) for version, folder in ((2, VERSION2), (3, VERSION3), (4, VERSION4))
+def test_golden_files_hold_lz_streams():
+    """Version 6's LZ streams: planes of both modes, 8- and 16-bit, and a palette's index plane."""
+    reached = set()
+    for name in NAMES:
+        data = (GOLDEN / f"{name}.l3").read_bytes()
+        starts = fmt.parse(data).stream_starts
+        for stream, start, _ in plane_streams(data):
+            if data[start] == fmt.KIND_LZ:
+                info = l3codec.info(data)
+                reached.add((info.mode, info.bits, bool(start != starts[stream])))  # an index plane
+    assert {("compact", 8, False), ("fast", 8, False), ("fast", 16, False), ("compact", 16, True)} <= reached, reached
+
+
+OLDER_FILES = [(version, path) for version, folder in ((2, VERSION2), (3, VERSION3), (4, VERSION4), (5, VERSION5))
                for path in sorted(folder.glob("*.l3"))]
 
 
 @pytest.mark.parametrize("version, path", OLDER_FILES, ids=[f"v{v}-{p.stem}" for v, p in OLDER_FILES])
 def test_older_files_still_decode(version, path):
     """Each version gave meaning only to bytes the one before never wrote (version 3: a fast group
-    code; 4: the palette stream kinds; 5: the fast stream kind with extended group codes), so files
-    of versions 2 to 4 decode unchanged, on the CPU and through the GPU batch's host validation."""
+    code; 4: the palette stream kinds; 5: the fast stream kind with extended group codes; 6: the LZ
+    stream kind), so files of versions 2 to 5 decode unchanged, on the CPU and through the GPU
+    batch's host validation."""
     from l3codec import batch
 
     data = path.read_bytes()

@@ -18,6 +18,8 @@ from PIL import Image
 
 import l3codec
 from images import make_image
+from l3codec import format as fmt
+from stream_census import plane_streams
 
 torch = pytest.importorskip("torch")
 from l3codec import batch as batching  # noqa: E402
@@ -85,8 +87,16 @@ def emulated_decode_step(staged, buffer, out, status, stream):
     from l3codec.kernels import cuda_c
 
     lib = emulation.kernel_library()
-    data, starts, ends, tables = batching.packed_views(staged.packed, staged.batch.launches, buffer.numpy())
+    packed = staged.packed
+    device = np.zeros(packed.device_size, np.uint8)  # the device buffer: the slot's bytes, then the LZ scratch area
+    device[:packed.size] = buffer.numpy()[:packed.size]
+    data, starts, ends, tables, expansions = batching.packed_views(packed, staged.batch.launches, device)
     flat, statuses, first = out.numpy(), status.numpy(), 0
+    if len(expansions):
+        (grid,), (threads,) = cuda_c.expand_grid(len(expansions))
+        expansions = np.ascontiguousarray(expansions)
+        assert lib.l3emu_expand(grid, threads, emulation.ORDERS["shuffled"], 7, data.ctypes.data, data.size,
+                                expansions.ctypes.data, len(expansions), statuses.ctypes.data) == 0
     for launch, (items, tasks) in zip(staged.batch.launches, tables):
         launch_status = statuses[first:first + len(launch.items)]
         result = lib.l3emu_launch(
@@ -242,6 +252,33 @@ def test_centre_crop_and_normalised_float_images(cityscapes):
         expected = (image / 255.0 - np.array(mean)) / np.array(std)
         np.testing.assert_allclose(_hwc(batch["image"][0]), expected, rtol=1e-5, atol=1e-5)
         assert not batch["flip"].any()
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+def test_pages_of_text_read_through_their_lz_streams(tmp_path, path):
+    """A folder of rendered text (LZ streams, docs/FORMAT.md §5.2) through every path, whole and
+    cropped: the GPU path expands the LZ planes of each batch's tiles before decoding them."""
+    pages = {}
+    for i in range(4):
+        page = make_image("text", 48, 256, 3 if i % 2 else 1, np.uint8, i)
+        _write_png(tmp_path / "src" / "page" / f"p{i}.png", page)
+        pages[f"p{i}"] = page
+    convert("folder", tmp_path / "src", tmp_path / "l3", mode="fast", tile_width=128, workers=0,
+            progress=False)
+    decode, step = PATHS[path]
+    dataset = L3Dataset(tmp_path / "l3", fields=("image",), decode=decode)
+    first = dataset.reader.read(0, "image").tobytes()
+    assert any(first[start] == fmt.KIND_LZ for _, start, _ in plane_streams(first))
+    for crop in (None, RandomCrop((20, 100))):
+        loader = Loader(dataset, 2, shuffle=False, crop=crop, device="cpu", decode_step=step, seed=3)
+        seen = 0
+        for batch in loader:
+            for tensor, key, region in zip(batch["image"], batch["key"], batch["region"].tolist()):
+                y, x, h, w = region
+                page = next(page for name, page in pages.items() if name in key)
+                np.testing.assert_array_equal(_hwc(tensor).reshape(h, w, -1), page.reshape(48, 256, -1)[y:y + h, x:x + w])
+                seen += 1
+        assert seen == 4
 
 
 @pytest.mark.parametrize("path", ["cpu", "gpu-host"])

@@ -215,6 +215,16 @@ class Loader:
             self._next_buffer = 0
         return len(self._ring)
 
+    def _device_buffer(self, which: int, size: int) -> torch.Tensor:
+        """Device buffer `which`, at least `size` bytes: the packed batch, then room for its expanded LZ
+        streams (more than the staging slot when a batch has many); a larger one replaces it once the
+        decode that last read it has ended."""
+        if self._device_buffers[which].numel() < size:
+            if self._buffer_free[which] is not None:
+                self._buffer_free[which].synchronize()
+            self._device_buffers[which] = torch.empty(size, dtype=torch.uint8, device=self.device)
+        return self._device_buffers[which][:size]
+
     def _wait_slot(self, slot: int) -> None:
         event = self._slot_events.pop(slot, None)
         if event is not None:
@@ -229,10 +239,10 @@ class Loader:
         if device.cuda:
             which = self._next_buffer
             self._next_buffer = (which + 1) % len(self._device_buffers)
-            buffer = self._device_buffers[which][:size]
+            buffer = self._device_buffer(which, staged.packed.device_size)
             with device.on(device.copy):
                 device.wait(self._buffer_free[which])  # the decode that last read this buffer
-                buffer.copy_(self._ring[slot, :size], non_blocking=True)
+                buffer[:size].copy_(self._ring[slot, :size], non_blocking=True)  # not the LZ scratch after it
                 copied = self._slot_events[slot] = device.record()
         else:
             buffer = self._ring[slot, :size]

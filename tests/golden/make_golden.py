@@ -2,9 +2,9 @@
 
     python tests/golden/make_golden.py
 
-Each case writes NAME.l3 and NAME.npy (the expected pixels). tests/golden/v1/ to v4/ keep files
-of format versions 1 to 4 as they were written then (never regenerated): version-1 compact files and
-every version-2, -3 and -4 file must still decode, version-1 fast files must be refused.
+Each case writes NAME.l3 and NAME.npy (the expected pixels). tests/golden/v1/ to v5/ keep files
+of format versions 1 to 5 as they were written then (never regenerated): version-1 compact files and
+every version-2 to -5 file must still decode, version-1 fast files must be refused.
 """
 
 import pathlib
@@ -45,6 +45,13 @@ CASES = {
                                                                   "transform": "subtract-green"}),
     "flat16_fast_palette": ("flat_graphics", 16, 40, 2, np.uint16, {"mode": "fast", "tile_width": 16,
                                                                     "tile_height": 16}),
+    # LZ streams (version 6): plain planes in both modes, 8- and 16-bit, and a palette's index plane
+    "text8_compact_lz": ("text", 40, 256, 3, np.uint8, {"mode": "compact", "tile_width": 128,
+                                                        "transform": "rg-mean"}),
+    "text8_fast_lz": ("text", 40, 256, 1, np.uint8, {"mode": "fast", "tile_width": 256, "tile_height": 8}),
+    "text16_fast_lz": ("text", 32, 128, 4, np.uint16, {"mode": "fast", "tile_width": 128, "tile_height": 16,
+                                                       "transform": "subtract-green"}),
+    "text16_compact_palette_lz": ("text", 32, 128, 1, np.uint16, {"mode": "compact", "tile_width": 128}),
 }
 # columns repeated, so that label regions span whole fast groups (zero groups between edges)
 WIDENED = {"labels8_fast": 16, "labels16_fast": 16}

@@ -1,0 +1,238 @@
+"""LZ streams (kind 6, format version 6): a tile-channel's raw bytes as an LZ4 block.
+
+Rendered text, user interfaces and diagrams repeat whole glyphs and widgets, which a
+per-sample predictor codes again each time and an LZ77 match copies. A stream of kind
+KIND_LZ holds, after its kind byte, an LZ4 block (the block format of lz4, without a frame)
+whose output is exactly the raw stream's bytes: the tile-channel's samples in row-major
+order, little-endian. The encoder writes one where it is smaller than the stream its mode
+codes (docs/FORMAT.md §5.2).
+
+    sequence: | token | literal length + ... | literals | offset (u16 LE) | match length + ... |
+    token:     high nibble: literals (15: more bytes follow), low nibble: match length - 4 (likewise)
+    the last sequence stops after its literals, where the block ends
+
+The decoder here is every decoder's: the CPU's, and the Numba CUDA expansion kernel's (one
+thread per stream); kernels/lz.cu is its warp-wide twin.
+"""
+
+import numpy as np
+
+from .format import STATUS_CORRUPT, STATUS_OK
+from .jit import device
+
+MIN_MATCH = 4  # a token's match nibble counts from here
+MAX_OFFSET = 65535
+LAST_LITERALS = 5  # LZ4's end-of-block rules, which the encoder follows so that lz4 itself reads its blocks:
+MATCH_START_LIMIT = 12  # the last 5 bytes are literals, the last match starts 12 bytes before the end
+HASH_BITS = 12
+HASH_BYTES = 8
+CHAIN_DEPTH = 64  # earlier positions of the same hash tried per position
+SAMPLE_STEP = 4  # lz_may_pay's histogram takes every 4th sample
+DOMINANT_SHARE = 4  # ... and looks for a value in a quarter of them
+SKIP_AFTER = 32  # positions without a match before the search strides 2, then 3 ... positions
+
+
+@device
+def lz_length(buf, pos, end, length):
+    """A token nibble's length with its extension bytes (a nibble of 15 adds bytes until one is not
+    255): (length, position after it), the position -1 when the block ends inside it."""
+    if length == 15:
+        while True:
+            if pos >= end:
+                return np.int64(0), np.int64(-1)
+            byte = np.int64(buf[pos])
+            pos += 1
+            length += byte
+            if byte != 255:
+                break
+    return np.int64(length), np.int64(pos)
+
+
+@device
+def expand_lz(buf, pos, end, out, first, size):
+    """Expand the LZ4 block buf[pos:end] into out[first:first + size]: STATUS_OK, or STATUS_CORRUPT
+    when it does not make exactly `size` bytes (a length or offset cut short by the block's end, an
+    offset of 0 or before the output's start, more bytes than `size`, or fewer)."""
+    produced = np.int64(0)
+    while True:
+        if pos >= end:
+            return STATUS_CORRUPT
+        token = np.int64(buf[pos])
+        literals, pos = lz_length(buf, pos + 1, end, token >> 4)
+        if pos < 0 or literals > end - pos or literals > size - produced:
+            return STATUS_CORRUPT
+        for i in range(literals):
+            out[first + produced + i] = buf[pos + i]
+        pos += literals
+        produced += literals
+        if pos == end:
+            return STATUS_OK if produced == size else STATUS_CORRUPT
+        if end - pos < 2:
+            return STATUS_CORRUPT
+        offset = np.int64(buf[pos]) | (np.int64(buf[pos + 1]) << 8)
+        match, pos = lz_length(buf, pos + 2, end, token & 15)
+        match += MIN_MATCH
+        if pos < 0 or offset == 0 or offset > produced or match > size - produced:
+            return STATUS_CORRUPT
+        for i in range(match):  # byte by byte: a match may overlap its own output
+            out[first + produced + i] = out[first + produced - offset + i]
+        produced += match
+
+
+# ---------------------------------------------------------------- encoder (CPU only)
+
+
+@device
+def raw_bytes(tile, bits, raw):
+    """The raw stream's bytes of a tile plane (2-D view) into raw: samples row-major, little-endian."""
+    pos = 0
+    for row in range(tile.shape[0]):
+        for col in range(tile.shape[1]):
+            value = np.int64(tile[row, col])
+            raw[pos] = value & 255
+            if bits == 16:
+                raw[pos + 1] = value >> 8
+            pos += bits // 8
+    return pos
+
+
+@device
+def hash_at(raw, i):
+    """A hash of raw[i:i + HASH_BYTES]: the chains hold positions whose next HASH_BYTES bytes may repeat."""
+    word = np.uint64(0)
+    for j in range(HASH_BYTES):
+        word |= np.uint64(raw[i + j]) << np.uint64(8 * j)
+    return np.int64((word * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(64 - HASH_BITS))
+
+
+@device
+def lz_may_pay(tile, histogram):
+    """Whether to look for an LZ stream of a tile plane (2-D view) at all: one low byte is at least
+    1/DOMINANT_SHARE of every SAMPLE_STEP-th sample's. Where LZ pays (the backgrounds of text and
+    diagrams, label maps) one value dominates; in a photograph the commonest is a few per cent, and
+    the match search would cost the encoder a fifth of its speed for nothing."""
+    for value in range(256):
+        histogram[value] = 0
+    samples = 0
+    for row in range(tile.shape[0]):
+        for col in range(row % SAMPLE_STEP, tile.shape[1], SAMPLE_STEP):
+            histogram[np.int64(tile[row, col]) & 255] += 1
+            samples += 1
+    top = 0
+    for value in range(256):
+        top = max(top, histogram[value])
+    return top * DOMINANT_SHARE >= samples
+
+
+@device
+def put_length(out, pos, length):
+    """A length's extension bytes after its token nibble of 15 (length: what the nibble left over)."""
+    while length >= 255:
+        out[pos] = 255
+        pos += 1
+        length -= 255
+    out[pos] = length
+    return pos + 1
+
+
+@device
+def put_sequence(out, pos, raw, anchor, literals, offset, match):
+    """One sequence: token, literal length, literals and, for match > 0, offset and match length."""
+    token_pos = pos
+    pos += 1
+    token = min(literals, 15) << 4
+    if literals >= 15:
+        pos = put_length(out, pos, literals - 15)
+    for i in range(literals):
+        out[pos + i] = raw[anchor + i]
+    pos += literals
+    if match > 0:
+        out[pos] = offset & 255
+        out[pos + 1] = offset >> 8
+        pos += 2
+        token |= min(match - MIN_MATCH, 15)
+        if match - MIN_MATCH >= 15:
+            pos = put_length(out, pos, match - MIN_MATCH - 15)
+    out[token_pos] = token
+    return pos
+
+
+@device
+def sequence_bytes(literals, match):
+    """Bytes put_sequence writes at most."""
+    return 1 + literals + literals // 255 + 1 + 2 + match // 255 + 1
+
+
+@device
+def chain_position(raw, i, head, chain):
+    """Put position i at the head of its hash's chain."""
+    h = hash_at(raw, i)
+    chain[i] = head[h]
+    head[h] = i
+
+
+@device
+def longest_match(raw, size, i, head, chain):
+    """(length, offset) of the longest match for position i among the CHAIN_DEPTH latest earlier
+    positions of its hash within MAX_OFFSET, ending LAST_LITERALS bytes before the end at the latest."""
+    candidate = head[hash_at(raw, i)]
+    longest = 0
+    offset = 0
+    depth = 0
+    most = size - LAST_LITERALS - i
+    while candidate >= 0 and i - candidate <= MAX_OFFSET and depth < CHAIN_DEPTH:
+        length = 0
+        while length < most and raw[candidate + length] == raw[i + length]:
+            length += 1
+        if length > longest:
+            longest, offset = length, i - candidate
+            if length == most:
+                break
+        candidate = chain[candidate]
+        depth += 1
+    return longest, offset
+
+
+@device
+def encode_lz_block(raw, size, out, start, limit, head, chain):
+    """raw[:size] as an LZ4 block at out[start:], following LZ4's end-of-block rules; returns its end,
+    or -1 as soon as the block would reach `limit`. Each position takes its longest match
+    (longest_match), unless the next position's is longer (one step of lazy matching)."""
+    for h in range(head.shape[0]):
+        head[h] = -1
+    pos = start
+    anchor = 0
+    i = 0
+    chained = 0  # positions before this one are in the chains
+    last = size - MATCH_START_LIMIT  # matches start before it
+    misses = 0  # positions since the last match: past SKIP_AFTER of them the search strides (LZ4's acceleration)
+    while i < last:
+        if pos + sequence_bytes(i - anchor, 0) >= limit:
+            return -1
+        while chained < i:
+            chain_position(raw, chained, head, chain)
+            chained += 1
+        longest, offset = longest_match(raw, size, i, head, chain)
+        chain_position(raw, i, head, chain)
+        chained = i + 1
+        if longest < MIN_MATCH:
+            misses += 1
+            i += 1 + misses // SKIP_AFTER  # a photograph's stream gives up at its coded size soon after
+            chained = i  # positions skipped stay out of the chains
+            continue
+        misses = 0
+        if i + 1 < last:
+            next_longest, next_offset = longest_match(raw, size, i + 1, head, chain)
+            chain_position(raw, i + 1, head, chain)
+            chained = i + 2
+            if next_longest > longest:
+                i += 1
+                longest, offset = next_longest, next_offset
+        if pos + sequence_bytes(i - anchor, longest) >= limit:
+            return -1
+        pos = put_sequence(out, pos, raw, anchor, i - anchor, offset, longest)
+        i += longest
+        anchor = i
+    if pos + sequence_bytes(size - anchor, 0) >= limit:
+        return -1
+    return put_sequence(out, pos, raw, anchor, size - anchor, 0, 0)

@@ -1,0 +1,130 @@
+"""LZ streams (kind 6, docs/FORMAT.md §5.2): LZ4 blocks that lz4 itself reads and writes, the
+encoder's choice, and the GPU batch's expansion tables."""
+
+import imagecodecs
+import numpy as np
+import pytest
+
+import l3codec
+from l3codec import batch as batching
+from l3codec import cpu, lz
+from l3codec import format as fmt
+from l3codec.regions import region_streams
+from images import make_image
+from stream_census import plane_streams
+
+_encoders = cpu._encoders
+
+
+def _blocks_inputs():
+    """Bytes an LZ4 block must carry: no repeats, runs, repeats at many distances, tiny sizes."""
+    rng = np.random.default_rng(5)
+    inputs = [rng.integers(0, 256, n, dtype=np.uint8) for n in (1, 5, 12, 13, 17, 300)]
+    inputs.append(np.zeros(5000, np.uint8))  # one long run: offset 1, long length bytes
+    word = rng.integers(0, 256, 37, dtype=np.uint8)
+    inputs.append(np.tile(word, 400))  # a 37-byte period
+    text = make_image("text", 64, 256, 1, np.uint8, 2).reshape(-1)
+    inputs.append(text)
+    inputs.append(make_image("text", 32, 128, 1, np.uint16, 3).reshape(-1).view(np.uint8))
+    mixed = rng.integers(0, 256, 20000, dtype=np.uint8)
+    for start in rng.integers(0, 19000, 60):  # literal runs longer than 15 and matches between them
+        length = int(rng.integers(4, 600))
+        source = int(rng.integers(0, max(1, start - 1)))
+        mixed[start:start + length] = np.resize(mixed[source:source + length], length)[:len(mixed[start:start + length])]
+    inputs.append(mixed)
+    return inputs
+
+
+def _expand(block: bytes, size: int):
+    out = np.zeros(size, np.uint8)
+    buf = np.frombuffer(bytes([fmt.KIND_LZ]) + block, np.uint8)
+    return _encoders.expand_lz(buf, 1, buf.size, out, 0, size), out
+
+
+@pytest.mark.parametrize("index", range(len(_blocks_inputs())))
+def test_lz4_reads_our_blocks_and_we_read_its_blocks(index):
+    raw = np.ascontiguousarray(_blocks_inputs()[index])
+    head, chain = np.empty(1 << lz.HASH_BITS, np.int32), np.empty(raw.size, np.int32)
+    ours = np.zeros(raw.size * 2 + 64, np.uint8)
+    end = _encoders.encode_lz_block(raw, raw.size, ours, 0, ours.size, head, chain)
+    assert end > 0
+    block = ours[:end].tobytes()
+    assert imagecodecs.lz4_decode(block, header=False, out=raw.size) == raw.tobytes()  # lz4 reads ours
+    status, out = _expand(block, raw.size)
+    assert status == fmt.STATUS_OK and np.array_equal(out, raw)
+    for hc in (False, True):  # and we read lz4's, fast and high-compression
+        theirs = imagecodecs.lz4_encode(raw.tobytes(), hc=hc, header=False)
+        status, out = _expand(theirs, raw.size)
+        assert status == fmt.STATUS_OK and np.array_equal(out, raw), hc
+
+
+def test_a_block_that_makes_other_than_its_bytes_is_corrupt():
+    raw = np.tile(np.arange(10, dtype=np.uint8), 30)
+    block = imagecodecs.lz4_encode(raw.tobytes(), header=False)
+    assert _expand(block, raw.size + 1)[0] == fmt.STATUS_CORRUPT  # one byte short
+    assert _expand(block, raw.size - 1)[0] == fmt.STATUS_CORRUPT  # one byte too many
+    for cut in range(len(block)):  # every cut of the block: never the bytes, never a fault
+        status, _ = _expand(block[:cut], raw.size)
+        assert status == fmt.STATUS_CORRUPT, cut
+
+
+@pytest.mark.parametrize("mode", ["compact", "fast"])
+@pytest.mark.parametrize("channels, dtype", [(1, np.uint8), (3, np.uint8), (1, np.uint16), (4, np.uint16)])
+def test_text_takes_lz_streams_each_smaller_than_its_coded_stream(mode, channels, dtype):
+    image = make_image("text", 40, 256, channels, dtype, 1)
+    data = l3codec.encode(image, mode=mode, tile_width=256, tile_height=32 if mode == "compact" else 16)
+    np.testing.assert_array_equal(l3codec.decode(data), image)
+    np.testing.assert_array_equal(l3codec.decode(data, region=(3, 50, 30, 100)), image[3:33, 50:150])
+    parsed = fmt.parse(data)
+    info = parsed.info
+    lz_streams = [(stream, start, end) for stream, start, end in plane_streams(data) if data[start] == fmt.KIND_LZ]
+    assert lz_streams, "no LZ stream in a page of repeated glyphs"
+    planes = np.empty((info.channels, info.height, info.width), info.dtype)
+    cpu.image_to_planes(image.reshape(info.height, info.width, -1), planes, fmt.TRANSFORMS[info.transform], info.bits)
+    encode = _encoders.encode_compact_stream if mode == "compact" else _encoders.encode_fast_stream
+    out = np.zeros(1 << 20, np.uint8)
+    plain = [(stream, start, end) for stream, start, end in lz_streams if start == parsed.stream_starts[stream]]
+    for stream, start, end in plain:  # (an LZ index plane's rival is the palette's coded index plane)
+        tile, channel = divmod(stream, info.channels)
+        ty, tx = divmod(tile, info.tiles_x)
+        plane = planes[channel, ty * info.tile_height:(ty + 1) * info.tile_height,
+                       tx * info.tile_width:(tx + 1) * info.tile_width]
+        assert end - start < encode(np.ascontiguousarray(plane), info.bits, out, 0)
+
+
+def test_photographs_pay_no_match_search():
+    """lz_may_pay turns photographs away before the search (their streams would not shrink)."""
+    image = make_image("smooth_noise", 64, 256, 3, np.uint8, 2)
+    for mode in ("compact", "fast"):
+        data = l3codec.encode(image, mode=mode)
+        assert not [s for s, start, _ in plane_streams(data) if data[start] == fmt.KIND_LZ]
+    histogram = np.empty(1 << lz.HASH_BITS, np.int32)
+    assert not _encoders.lz_may_pay(image[:, :, 1], histogram)
+    assert _encoders.lz_may_pay(make_image("text", 64, 256, 1, np.uint8, 2), histogram)
+
+
+def test_gpu_batches_expand_lz_streams_and_palette_index_planes_into_scratch():
+    """batch.prepare lists every LZ plane stream of the tiles a region needs, a palette's LZ index
+    plane with its header and table as the prefix it keeps; expansions do not overlap."""
+    plain = l3codec.encode(make_image("text", 40, 256, 1, np.uint8, 1), mode="fast", tile_width=256, tile_height=8)
+    palette = l3codec.encode(make_image("text", 32, 128, 1, np.uint16, 1), mode="compact", tile_width=128)
+    regions = [None, None, (9, 0, 8, 256)]
+    prepared = batching.prepare([plain, palette, plain], regions)
+    expansions = prepared.expansions
+    expected = []
+    for item, (data, region) in enumerate(zip((plain, palette, plain), regions)):
+        info = l3codec.info(data)
+        needed = set(region_streams(info, region or (0, 0, info.height, info.width))[0].tolist())
+        expected += [(item, start != fmt.parse(data).stream_starts[stream]) for stream, start, _ in plane_streams(data)
+                     if data[start] == fmt.KIND_LZ and stream in needed]
+    assert sorted(zip(expansions["status"].tolist(), (expansions["prefix_bytes"] > 0).tolist())) == sorted(expected)
+    assert (True in [palette for _, palette in expected]) and len(expected) > 3  # plain LZ planes and an LZ index plane
+    assert (expansions["prefix_bytes"][expansions["status"] == 1] == 2 + 4 * 2).all()  # 4 colours of 16 bits
+    assert (prepared.data[expansions["source"]] == fmt.KIND_LZ).all()
+    spans = expansions["prefix_bytes"] + 1 + expansions["raw_bytes"]
+    order = np.argsort(expansions["target"])
+    assert (expansions["target"][order][1:] >= (expansions["target"] + spans)[order][:-1]).all()
+    assert prepared.scratch_size >= int((expansions["target"] + spans).max())
+    starts, ends, _ = batching.expanded_tables(prepared, 1000)
+    assert (starts[prepared.expanded_streams] == expansions["target"] + 1000).all()
+    assert (ends - starts)[prepared.expanded_streams].tolist() == spans.tolist()
