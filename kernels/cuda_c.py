@@ -120,7 +120,7 @@ KERNELS = {
 
 
 # The LZ streams' expansion into raw streams, launched before the decode kernels (batch.py):
-#     l3_expand_lz(uint8* data, int64 data_size, const L3Expansion* expansions, int64 count, int32* status)
+#     l3_expand_lz(uint8* data, const L3Expansion* expansions, int64 count, int32* status)
 # a warp per expansion, LZ_WARPS_PER_BLOCK warps per block.
 EXPAND_SOURCE, EXPAND_KERNEL = "lz.cu", "l3_expand_lz"
 SOURCES = (*(kernel.source for kernel in KERNELS.values()), EXPAND_SOURCE)
@@ -319,7 +319,7 @@ def launch_expand(data, expansions, status, *, stream=None):
     with context:
         kernel = load_module(EXPAND_SOURCE).get_function(EXPAND_KERNEL)
         grid, block = expand_grid(count)
-        kernel(grid, block, (data, np.int64(data.size), expansions, np.int64(count), status))
+        kernel(grid, block, (data, expansions, np.int64(count), status))
 
 
 class _NoStream:

@@ -139,12 +139,12 @@ extern "C" int l3emu_launch(int kernel, long long grid, int bx, int by, int bz, 
     });
 }
 
-extern "C" void l3_expand_lz(unsigned char*, long long, const L3Expansion*, long long, int*);
+extern "C" void l3_expand_lz(unsigned char*, const L3Expansion*, long long, int*);
 
 extern "C" int l3emu_expand(long long grid, int threads, int order, unsigned seed, unsigned char* data,
-                            long long data_size, const L3Expansion* expansions, long long count, int* status) {
+                            const L3Expansion* expansions, long long count, int* status) {
     return cuda_emu::launch(dim3((unsigned)grid), dim3(threads, 1, 1), 0, order, seed, [=] {
-        l3_expand_lz(data, data_size, expansions, count, status);
+        l3_expand_lz(data, expansions, count, status);
     });
 }
 
@@ -341,7 +341,7 @@ def kernel_library(build: str = "plain") -> ctypes.CDLL:
             ptr,
         ]
         lib.l3emu_expand.restype = i32
-        lib.l3emu_expand.argtypes = [i64, i32, i32, ctypes.c_uint, ptr, i64, ptr, i64, ptr]
+        lib.l3emu_expand.argtypes = [i64, i32, i32, ctypes.c_uint, ptr, ptr, i64, ptr]
         lib.l3emu_last_error.restype = ctypes.c_char_p
         for function in (lib.l3emu_item_layout, lib.l3emu_task_layout):
             function.restype, function.argtypes = i64, [i32]
@@ -423,10 +423,12 @@ def decode_batch_emulated(
         raise ValueError("count traffic or coverage, not both at once")
     batch = l3batch.prepare(items, regions)
     lib = kernel_library("traffic" if traffic is not None else "coverage" if coverage is not None else "plain")
-    # the LZ streams' scratch area after the batch's bytes, as on a device (batch.packed_layout)
-    scratch = -(-batch.data.size // 8) * 8
-    data = GuardedBuffer(np.concatenate([batch.data, np.zeros(scratch - batch.data.size + batch.scratch_size,
-                                                                np.uint8)]), guard)
+    # the LZ streams' scratch area after the batch's bytes, as on a device (batch.packed_layout); the
+    # guard page then follows the scratch area
+    scratch = -(-batch.data.size // 8) * 8 if batch.scratch_size else batch.data.size
+    padded = np.zeros(scratch + batch.scratch_size, np.uint8)
+    padded[:batch.data.size] = batch.data
+    data = GuardedBuffer(padded, guard)
     starts, ends, expansions = l3batch.expanded_tables(batch, scratch + data.shift)
     starts, ends = starts + data.shift, ends + data.shift
     expansions["source"] += data.shift
@@ -436,8 +438,8 @@ def decode_batch_emulated(
     status = np.zeros(len(batch.infos), np.int32)
     if expansions.size:
         (grid,), (threads,) = cuda_c.expand_grid(expansions.size)
-        result = lib.l3emu_expand(grid, threads, ORDERS[order], seed, _pointer(data.array), data.array.size,
-                                  _pointer(expansions), expansions.size, _pointer(status))
+        result = lib.l3emu_expand(grid, threads, ORDERS[order], seed, _pointer(data.array), _pointer(expansions),
+                                  expansions.size, _pointer(status))
         if result != 0:
             raise EmulationError(f"{cuda_c.EXPAND_KERNEL}: {lib.l3emu_last_error().decode()}")
     for launch in batch.launches:

@@ -37,9 +37,9 @@ struct L3Expansion {
     long long source_end;
     long long prefix_start;  // prefix_bytes kept before it (a palette's header and colour table)
     long long prefix_bytes;
-    long long target;        // where the raw stream goes: the prefix, KIND_RAW, raw_bytes of samples
-    long long raw_bytes;
-    long long status;        // the status entry of the stream's item
+    long long target;        // where the raw stream goes: the prefix, KIND_RAW, the plane's plane_bytes
+    long long plane_bytes;
+    long long status_index;  // the status entry of the stream's item
 };
 
 #define L3_ITEM_FIELDS 16

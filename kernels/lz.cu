@@ -67,8 +67,8 @@ L3_DEVICE int expand_lz_warp(const unsigned char* data, long long pos, long long
 }  // namespace l3
 
 extern "C" __global__ void __launch_bounds__(32 * l3::LZ_WARPS_PER_BLOCK)
-    l3_expand_lz(unsigned char* __restrict__ data, long long data_size, const L3Expansion* __restrict__ expansions,
-                 long long count, int* __restrict__ status) {
+    l3_expand_lz(unsigned char* __restrict__ data, const L3Expansion* __restrict__ expansions, long long count,
+                 int* __restrict__ status) {
     const long long index = (long long)blockIdx.x * l3::LZ_WARPS_PER_BLOCK + threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
     if (index >= count) return;  // a whole warp
@@ -76,8 +76,8 @@ extern "C" __global__ void __launch_bounds__(32 * l3::LZ_WARPS_PER_BLOCK)
     unsigned char* const target = data + e.target;
     for (long long i = lane; i < e.prefix_bytes; i += 32) target[i] = data[e.prefix_start + i];
     if (lane == 0) target[e.prefix_bytes] = l3::KIND_RAW;
-    const int code = l3::expand_lz_warp(data, e.source + 1, e.source_end, target + e.prefix_bytes + 1, e.raw_bytes,
+    // every offset lies inside data: the host placed them (l3codec/batch.py)
+    const int code = l3::expand_lz_warp(data, e.source + 1, e.source_end, target + e.prefix_bytes + 1, e.plane_bytes,
                                         lane);
-    if (code != l3::STATUS_OK && lane == 0) atomicCAS(&status[e.status], 0, code);
-    (void)data_size;  // the host put every offset inside it
+    if (code != l3::STATUS_OK && lane == 0) atomicCAS(&status[e.status_index], 0, code);
 }

@@ -95,7 +95,7 @@ T_ITEM, T_TILE_Y, T_TILE_X = 0, 1, 2
 _EXPANSION = {name: i for i, name in enumerate(batch.EXPANSION_DTYPE.names)}
 X_SOURCE, X_SOURCE_END, X_PREFIX_START = _EXPANSION["source"], _EXPANSION["source_end"], _EXPANSION["prefix_start"]
 X_PREFIX_BYTES, X_TARGET, X_RAW_BYTES, X_STATUS = (
-    _EXPANSION["prefix_bytes"], _EXPANSION["target"], _EXPANSION["raw_bytes"], _EXPANSION["status"]
+    _EXPANSION["prefix_bytes"], _EXPANSION["target"], _EXPANSION["plane_bytes"], _EXPANSION["status_index"]
 )
 KIND_RAW = fmt.KIND_RAW
 

@@ -54,7 +54,8 @@ assert TASK_DTYPE.itemsize == 3 * 8
 # One record per LZ plane stream to expand (a warp each): its LZ stream (from its kind byte) at
 # [source, source_end), the prefix_bytes before it at prefix_start that the stream keeps (a palette's
 # header and colour table: an LZ index plane), and where the raw stream goes: prefix, KIND_RAW,
-# then raw_bytes of samples, at target. status: the entry of the status array its item reports in.
+# then the plane's plane_bytes, at target. status_index: the entry of the status array its item
+# reports in.
 EXPANSION_DTYPE = np.dtype(
     [
         ("source", "<i8"),
@@ -62,8 +63,8 @@ EXPANSION_DTYPE = np.dtype(
         ("prefix_start", "<i8"),
         ("prefix_bytes", "<i8"),
         ("target", "<i8"),
-        ("raw_bytes", "<i8"),
-        ("status", "<i8"),
+        ("plane_bytes", "<i8"),
+        ("status_index", "<i8"),
     ]
 )
 assert EXPANSION_DTYPE.itemsize == 7 * 8
@@ -100,7 +101,7 @@ class Batch:
     launches: list
     data_offsets: np.ndarray | None = None  # int64 byte offset of each item's file in data
     # LZ streams to expand before the launches: EXPANSION_DTYPE with targets relative to the scratch
-    # area and status the item's index in the batch; stream index of each in expanded_streams
+    # area and status_index the item's index in the batch; stream index of each in expanded_streams
     expansions: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, EXPANSION_DTYPE))
     expanded_streams: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
     scratch_size: int = 0  # bytes of the expanded streams
@@ -201,13 +202,16 @@ def prepare(items, regions=None, *, verify=True, max_pixels: int = fmt.MAX_PIXEL
             raise L3Error(f"batch item {index}: {error}") from None
         views.append(view)
     check_pixels(plans, max_pixels)
-    return assemble(plans, np.concatenate(views))
+    return assemble(plans, np.concatenate(views), max_pixels=max_pixels)
 
 
-def check_pixels(plans, max_pixels: int = fmt.MAX_PIXELS) -> None:
+def check_pixels(plans, max_pixels: int = fmt.MAX_PIXELS, *, expanded_samples: int = 0) -> None:
+    """Refuse a batch whose regions hold more than max_pixels pixels, or, with the samples of the LZ
+    planes it expands on the device (assemble), more than that in all."""
     total_pixels = sum(plan.region[2] * plan.region[3] for plan in plans)
-    if total_pixels > max_pixels:
-        raise L3Error(f"batch decodes {total_pixels} pixels, more than max_pixels={max_pixels}")
+    if total_pixels + expanded_samples > max_pixels:
+        expanding = f" and expands {expanded_samples} samples of LZ streams" if expanded_samples else ""
+        raise L3Error(f"batch decodes {total_pixels} pixels{expanding}, more than max_pixels={max_pixels}")
 
 
 def default_layout(plans) -> tuple:
@@ -221,11 +225,13 @@ def default_layout(plans) -> tuple:
     return offsets, np.array([plan.row_bytes for plan in plans], np.int64), int(padded.sum())
 
 
-def assemble(plans, data: np.ndarray, /, *, layout=None, data_offsets=None) -> Batch:
+def assemble(plans, data: np.ndarray, /, *, layout=None, data_offsets=None, max_pixels: int = fmt.MAX_PIXELS) -> Batch:
     """The batch of validated items whose bytes lie in data: back to back in order, or at data_offsets.
 
     layout: (out_offsets, out_row_pitches, out_size) placing each item's output (row pitch in
     bytes, at least its row); default_layout(plans) when None. O(items + tiles) numpy work.
+    max_pixels: the budget of check_pixels, which the samples of the LZ planes to expand count
+    against too (a 1x1 crop of a wide LZ tile expands the whole tile).
     """
     plans = list(plans)
     sizes = np.array([plan.size for plan in plans], np.int64)
@@ -254,6 +260,9 @@ def assemble(plans, data: np.ndarray, /, *, layout=None, data_offsets=None) -> B
         )
 
     expansions, expanded_streams, scratch_size = _lz_expansions(plans, data, stream_base, stream_starts, stream_ends)
+    sample_bytes = np.array([plan.info.bits // 8 for plan in plans], np.int64)
+    expanded_samples = int((expansions["plane_bytes"] // sample_bytes[expansions["status_index"]]).sum())
+    check_pixels(plans, max_pixels, expanded_samples=expanded_samples)
 
     launches = []
     modes = np.array([fmt.MODES[info.mode] for info in infos])
@@ -314,13 +323,21 @@ def _lz_expansions(plans, data, stream_base, stream_starts, stream_ends) -> tupl
         kinds[present] = data[starts[present]]
         sample_bytes = info.bits // 8
         plane = starts.copy()
-        palette = present & (kinds == fmt.KIND_PALETTE) & (used % info.channels == 0) & (ends - starts >= 2)
+        channel = used % info.channels
+        # streams.open_stream's rules, vectorised: an LZ plane is a stream of kind 6 outside a
+        # palette tile, or the index plane of a palette stream (channel 0 of kind 3)
+        tile_kinds = np.full(used.size, -1, np.int64)  # the kind of the tile's channel-0 stream
+        first = stream_starts[index - channel]
+        tile_present = stream_ends[index - channel] > first
+        tile_kinds[tile_present] = data[first[tile_present]]
+        palette = present & (kinds == fmt.KIND_PALETTE) & (channel == 0) & (ends - starts >= 2)
         colours = data[starts[palette] + 1].astype(np.int64) + 1
         plane[palette] = starts[palette] + fmt.PALETTE_HEADER_BYTES + colours * info.channels * sample_bytes
         palette &= plane < ends
         plane_kinds = kinds.copy()
         plane_kinds[palette] = data[plane[palette]]
-        lz = present & (plane_kinds == fmt.KIND_LZ) & ((kinds == fmt.KIND_LZ) | palette)
+        in_palette_tile = (channel != 0) & (tile_kinds == fmt.KIND_PALETTE)  # BAD_KIND, before any LZ check
+        lz = present & (plane_kinds == fmt.KIND_LZ) & (((kinds == fmt.KIND_LZ) & ~in_palette_tile) | palette)
         if not lz.any():
             continue
         tiles = used[lz] // info.channels
@@ -329,14 +346,14 @@ def _lz_expansions(plans, data, stream_base, stream_starts, stream_ends) -> tupl
         record = np.zeros(int(lz.sum()), EXPANSION_DTYPE)
         record["source"], record["source_end"] = plane[lz], ends[lz]
         record["prefix_start"], record["prefix_bytes"] = starts[lz], plane[lz] - starts[lz]
-        record["raw_bytes"] = heights * widths * sample_bytes
-        record["status"] = item
+        record["plane_bytes"] = heights * widths * sample_bytes
+        record["status_index"] = item
         records.append(record)
         streams.append(index[lz])
     if not records:
         return np.zeros(0, EXPANSION_DTYPE), np.zeros(0, np.int64), 0
     records = np.concatenate(records)
-    spans = (records["prefix_bytes"] + 1 + records["raw_bytes"] + 7) // 8 * 8
+    spans = (records["prefix_bytes"] + 1 + records["plane_bytes"] + 7) // 8 * 8
     records["target"] = np.concatenate([[0], np.cumsum(spans)[:-1]])
     return records, np.concatenate(streams), int(spans.sum())
 
@@ -392,10 +409,15 @@ def expanded_tables(batch: Batch, scratch: int, status_index=None) -> tuple:
     expansions = batch.expansions.copy()
     expansions["target"] += scratch
     if status_index is not None:
-        expansions["status"] = np.asarray(status_index, np.int64)[expansions["status"]]
+        expansions["status_index"] = np.asarray(status_index, np.int64)[expansions["status_index"]]
     starts[batch.expanded_streams] = expansions["target"]
-    ends[batch.expanded_streams] = expansions["target"] + expansions["prefix_bytes"] + 1 + expansions["raw_bytes"]
+    ends[batch.expanded_streams] = expansions["target"] + expansions["prefix_bytes"] + 1 + expansions["plane_bytes"]
     return starts, ends, expansions
+
+
+def status_order(batch: Batch) -> np.ndarray:
+    """The batch item of each entry of a launch's status array (items grouped by launch)."""
+    return np.concatenate([launch.item_index for launch in batch.launches])
 
 
 def write_packed(batch: Batch, layout: PackedLayout, buffer: np.ndarray, /) -> None:
@@ -404,7 +426,7 @@ def write_packed(batch: Batch, layout: PackedLayout, buffer: np.ndarray, /) -> N
         raise L3Error(f"a {buffer.size}-byte buffer cannot hold a packed batch of {layout.size} bytes")
     if batch.data.size and batch.data.ctypes.data != buffer.ctypes.data:
         buffer[:layout.data_size] = batch.data
-    order = np.concatenate([launch.item_index for launch in batch.launches])  # gpu.status_order
+    order = status_order(batch)
     position = np.empty(len(batch.infos), np.int64)
     position[order] = np.arange(order.size)
     starts, ends, expansions = expanded_tables(batch, layout.size, position)

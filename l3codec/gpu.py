@@ -119,9 +119,7 @@ def _flat_out(prepared, array, c_contiguous: bool):
     )
 
 
-def status_order(prepared: batching.Batch) -> np.ndarray:
-    """The batch item of each entry of launch_packed's status array (items grouped by launch)."""
-    return np.concatenate([launch.item_index for launch in prepared.launches])
+status_order = batching.status_order  # the batch item of each entry of launch_packed's status array
 
 
 def launch_packed(prepared: batching.Batch, layout: batching.PackedLayout, buffer, out, status, /, *,

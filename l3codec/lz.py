@@ -17,7 +17,7 @@ thread per stream); kernels/lz.cu is its warp-wide twin.
 
 import numpy as np
 
-from .format import STATUS_CORRUPT, STATUS_OK
+from .format import KIND_LZ, STATUS_CORRUPT, STATUS_OK
 from .jit import device
 
 MIN_MATCH = 4  # a token's match nibble counts from here
@@ -106,21 +106,21 @@ def hash_at(raw, i):
 
 
 @device
-def lz_may_pay(tile, histogram):
+def lz_may_pay(tile, counts):
     """Whether to look for an LZ stream of a tile plane (2-D view) at all: one low byte is at least
     1/DOMINANT_SHARE of every SAMPLE_STEP-th sample's. Where LZ pays (the backgrounds of text and
     diagrams, label maps) one value dominates; in a photograph the commonest is a few per cent, and
     the match search would cost the encoder a fifth of its speed for nothing."""
     for value in range(256):
-        histogram[value] = 0
+        counts[value] = 0
     samples = 0
     for row in range(tile.shape[0]):
         for col in range(row % SAMPLE_STEP, tile.shape[1], SAMPLE_STEP):
-            histogram[np.int64(tile[row, col]) & 255] += 1
+            counts[np.int64(tile[row, col]) & 255] += 1
             samples += 1
     top = 0
     for value in range(256):
-        top = max(top, histogram[value])
+        top = max(top, counts[value])
     return top * DOMINANT_SHARE >= samples
 
 
@@ -236,3 +236,30 @@ def encode_lz_block(raw, size, out, start, limit, head, chain):
     if pos + sequence_bytes(size - anchor, 0) >= limit:
         return -1
     return put_sequence(out, pos, raw, anchor, size - anchor, 0, 0)
+
+
+@device
+def smaller_as_lz(tile, bits, out, start, size, raw, block, head, chain):
+    """The stream of `size` bytes at out[start:] (the tile plane's, coded by its mode), replaced by
+    an LZ stream where that is smaller; returns the stream's size. raw, block, head, chain: scratch
+    (lz_scratch; head counts lz_may_pay's low bytes before it heads the hash chains)."""
+    if size <= 1 + bits // 8:  # constant
+        return size
+    if tile.size * (bits // 8) <= MATCH_START_LIMIT or not lz_may_pay(tile, head):
+        return size
+    count = raw_bytes(tile, bits, raw)
+    end = encode_lz_block(raw, count, block, 1, size, head, chain)
+    if end < 0:
+        return size
+    out[start] = KIND_LZ
+    for i in range(1, end):
+        out[start + i] = block[i]
+    return end
+
+
+@device
+def lz_scratch(tile_width, tile_height, bits):
+    """smaller_as_lz's scratch for tiles of at most this size: (raw, block, head, chain)."""
+    count = tile_width * tile_height * (bits // 8)
+    return (np.empty(count, np.uint8), np.empty(count + 1, np.uint8), np.empty(1 << HASH_BITS, np.int32),
+            np.empty(count, np.int32))

@@ -180,7 +180,8 @@ def stage_for_gpu(reader, indices, fields, geometry, buffer: np.ndarray, *, seed
     where = [view.ctypes.data - buffer.ctypes.data for sample in samples for view in sample.views]
     offsets = [layouts[f].offsets[s] for s in range(len(samples)) for f in range(len(fields))]
     pitches = [layouts[f].pitches[s] for s in range(len(samples)) for f in range(len(fields))]
-    prepared = batching.assemble(plans, buffer[:written], layout=(offsets, pitches, out_size), data_offsets=where)
+    prepared = batching.assemble(plans, buffer[:written], layout=(offsets, pitches, out_size), data_offsets=where,
+                                 max_pixels=max_pixels)
     packed = batching.packed_layout(prepared)
     batching.write_packed(prepared, packed, buffer)
     # the bytes and stream tables stay in the buffer; what the main process needs to launch travels back

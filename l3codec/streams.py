@@ -10,7 +10,7 @@ import numpy as np
 from .format import (KIND_CODED, KIND_CODED_EXTENDED, KIND_CONSTANT, KIND_LZ, KIND_PALETTE, KIND_PALETTE_MEMBER, KIND_RAW,
                      PALETTE_HEADER_BYTES, STATUS_BAD_KIND, STATUS_BAD_SIZE, STATUS_OK)
 from .jit import device
-from .lz import HASH_BITS, MATCH_START_LIMIT, encode_lz_block, expand_lz, lz_may_pay, raw_bytes
+from .lz import expand_lz
 
 PLANE_OWN = 0  # open_stream's colours for a stream that codes its own plane (kinds 0-2, 5, 6)
 PLANE_MEMBER = -1  # ... for a palette member: the tile's channel-0 stream writes its plane
@@ -19,7 +19,7 @@ PLANE_MEMBER = -1  # ... for a palette member: the tile's channel-0 stream write
 @device
 def open_stream(buf, start, end, channel, tile_start, channels, bytes_per_sample):
     """Where a tile-channel's plane stream begins: (status, plane start, colours). tile_start is the
-    start of the tile's channel-0 stream. colours is PLANE_OWN for kinds 0-2 and 5 (the plane stream is the
+    start of the tile's channel-0 stream. colours is PLANE_OWN for kinds 0-2, 5 and 6 (the plane stream is the
     stream); for a palette stream (kind 3, channel 0 only) the palette's colour count, its table at
     start + PALETTE_HEADER_BYTES and its index plane's stream after the table; PLANE_MEMBER for a
     palette member (kind 4: channels 1.. of a palette tile, one byte, nothing of its own to decode)."""
@@ -160,30 +160,3 @@ def decode_uncoded(buf, start, end, tile, bits):
         for col in range(width):
             tile[row, col] = uncoded_sample(buf, start, kind, row * width + col, bits // 8)
     return status, False
-
-
-@device
-def smaller_as_lz(tile, bits, out, start, size, raw, block, head, chain):
-    """The stream of `size` bytes at out[start:] (the tile plane's, coded by its mode), replaced by
-    an LZ stream where that is smaller; returns the stream's size. raw, block, head, chain: scratch
-    (lz_scratch)."""
-    if size <= 1 + bits // 8:  # constant
-        return size
-    if tile.size * (bits // 8) <= MATCH_START_LIMIT or not lz_may_pay(tile, head):
-        return size
-    count = raw_bytes(tile, bits, raw)
-    end = encode_lz_block(raw, count, block, 1, size, head, chain)
-    if end < 0:
-        return size
-    out[start] = KIND_LZ
-    for i in range(1, end):
-        out[start + i] = block[i]
-    return end
-
-
-@device
-def lz_scratch(tile_width, tile_height, bits):
-    """smaller_as_lz's scratch for tiles of at most this size: (raw, block, head, chain)."""
-    count = tile_width * tile_height * (bits // 8)
-    return (np.empty(count, np.uint8), np.empty(count + 1, np.uint8), np.empty(1 << HASH_BITS, np.int32),
-            np.empty(count, np.int32))

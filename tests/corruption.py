@@ -306,6 +306,9 @@ def status_cases() -> dict:
         "compact palette, LZ indices": (palette_stream(120, VALID_LZ), 4, ok),
         "compact palette, LZ indices corrupt": (palette_stream(120, lz_stream(lz_sequence(LZ_ROW, 99, 48))), 4, corrupt),
         "compact LZ beside a palette": ((palette_stream(200, compact_stream(valid4), 2), VALID_LZ), 4, kind),
+        # a member turned LZ, whose block would not expand either: the palette tile's rule comes first
+        "compact a broken LZ stream beside a palette": (
+            (palette_stream(200, compact_stream(valid4), 2), lz_stream(bytes([0x0F, 1, 0]))), 4, kind),
         "compact LZ of 3 channels": ((VALID_LZ, lz_stream(lz_sequence(bytes(64))), VALID_LZ), 4, ok),
         "compact constant too long": (bytes([fmt.KIND_CONSTANT, 7, 7]), 4, size),
         "compact raw too short": (bytes([fmt.KIND_RAW]) + bytes(4 * WIDTH - 1), 4, size),

@@ -635,7 +635,7 @@ class _FakeCupy:
             values = [a.data.ptr if isinstance(a, _FakeCupy.Array) else int(a) for a in args]
             lib = kernel_library()
             if self.name == cuda_c.EXPAND_KERNEL:
-                assert isinstance(args[1], np.int64) and isinstance(args[3], np.int64) and len(block) == 1
+                assert isinstance(args[2], np.int64) and len(block) == 1
                 self.launches.append((self.name, grid, block, shared_mem))
                 assert lib.l3emu_expand(grid[0], block[0], 2, 1, *values) == 0, lib.l3emu_last_error()
                 return
@@ -711,7 +711,7 @@ def test_lz_expansion_helper_with_a_fake_cupy(monkeypatch):
     damaged[lz_start + 1] = 0x0F  # its first token: no literals, then a match, whose offset reaches before the start
     files.append(reseal(bytes(damaged)))
     batch = l3batch.prepare(files, [None, (3, 5, 20, 100), None])
-    assert {int(item) for item in batch.expansions["status"]} == {0, 1, 2}
+    assert {int(item) for item in batch.expansions["status_index"]} == {0, 1, 2}
     scratch = -(-batch.data.size // 8) * 8
     data = _FakeCupy.Array(np.concatenate([batch.data, np.zeros(scratch - batch.data.size + batch.scratch_size,
                                                                 np.uint8)]))

@@ -95,7 +95,7 @@ def emulated_decode_step(staged, buffer, out, status, stream):
     if len(expansions):
         (grid,), (threads,) = cuda_c.expand_grid(len(expansions))
         expansions = np.ascontiguousarray(expansions)
-        assert lib.l3emu_expand(grid, threads, emulation.ORDERS["shuffled"], 7, data.ctypes.data, data.size,
+        assert lib.l3emu_expand(grid, threads, emulation.ORDERS["shuffled"], 7, data.ctypes.data,
                                 expansions.ctypes.data, len(expansions), statuses.ctypes.data) == 0
     for launch, (items, tasks) in zip(staged.batch.launches, tables):
         launch_status = statuses[first:first + len(launch.items)]

@@ -117,14 +117,26 @@ def test_gpu_batches_expand_lz_streams_and_palette_index_planes_into_scratch():
         needed = set(region_streams(info, region or (0, 0, info.height, info.width))[0].tolist())
         expected += [(item, start != fmt.parse(data).stream_starts[stream]) for stream, start, _ in plane_streams(data)
                      if data[start] == fmt.KIND_LZ and stream in needed]
-    assert sorted(zip(expansions["status"].tolist(), (expansions["prefix_bytes"] > 0).tolist())) == sorted(expected)
+    assert sorted(zip(expansions["status_index"].tolist(), (expansions["prefix_bytes"] > 0).tolist())) == sorted(expected)
     assert (True in [palette for _, palette in expected]) and len(expected) > 3  # plain LZ planes and an LZ index plane
-    assert (expansions["prefix_bytes"][expansions["status"] == 1] == 2 + 4 * 2).all()  # 4 colours of 16 bits
+    assert (expansions["prefix_bytes"][expansions["status_index"] == 1] == 2 + 4 * 2).all()  # 4 colours of 16 bits
     assert (prepared.data[expansions["source"]] == fmt.KIND_LZ).all()
-    spans = expansions["prefix_bytes"] + 1 + expansions["raw_bytes"]
+    spans = expansions["prefix_bytes"] + 1 + expansions["plane_bytes"]
     order = np.argsort(expansions["target"])
     assert (expansions["target"][order][1:] >= (expansions["target"] + spans)[order][:-1]).all()
     assert prepared.scratch_size >= int((expansions["target"] + spans).max())
     starts, ends, _ = batching.expanded_tables(prepared, 1000)
     assert (starts[prepared.expanded_streams] == expansions["target"] + 1000).all()
     assert (ends - starts)[prepared.expanded_streams].tolist() == spans.tolist()
+
+
+def test_the_lz_planes_a_batch_expands_count_against_its_pixel_budget():
+    """A 1x1 crop of an LZ tile expands the whole plane on the device: those samples count against
+    max_pixels, checked before anything is allocated, so tiny crops cannot ask for a huge scratch area."""
+    data = l3codec.encode(make_image("text", 40, 256, 1, np.uint8, 1), mode="fast", tile_width=256, tile_height=8)
+    crops = [(0, 0, 1, 1)] * 8
+    expanded = batching.prepare([data] * 8, crops).expansions["plane_bytes"].sum()  # 8-bit: a byte per sample
+    assert expanded == 8 * 256 * 8
+    batching.prepare([data] * 8, crops, max_pixels=8 + expanded)
+    with pytest.raises(l3codec.L3Error, match=f"batch decodes 8 pixels and expands {expanded} samples of LZ streams"):
+        batching.prepare([data] * 8, crops, max_pixels=7 + expanded)
