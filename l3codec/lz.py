@@ -27,8 +27,10 @@ MATCH_START_LIMIT = 12  # the last 5 bytes are literals, the last match starts 1
 HASH_BITS = 12
 HASH_BYTES = 8
 CHAIN_DEPTH = 64  # earlier positions of the same hash tried per position
+NICE_LENGTH = 64  # ... until one matches this far (a label map's runs: 64 long candidates to compare)
 SAMPLE_STEP = 4  # lz_may_pay's histogram takes every 4th sample
 DOMINANT_SHARE = 4  # ... and looks for a value in a quarter of them
+INSIDE_MATCH = 16  # positions at each end of a match that join the chains
 SKIP_AFTER = 32  # positions without a match before the search strides 2, then 3 ... positions
 
 
@@ -186,7 +188,7 @@ def longest_match(raw, size, i, head, chain):
             length += 1
         if length > longest:
             longest, offset = length, i - candidate
-            if length == most:
+            if length == most or length >= NICE_LENGTH:
                 break
         candidate = chain[candidate]
         depth += 1
@@ -209,6 +211,12 @@ def encode_lz_block(raw, size, out, start, limit, head, chain):
     while i < last:
         if pos + sequence_bytes(i - anchor, 0) >= limit:
             return -1
+        # the positions inside the last match join the chains, but only its first INSIDE_MATCH and last
+        # INSIDE_MATCH ones: a label map's long runs would hash every byte
+        if i - chained > 2 * INSIDE_MATCH:
+            for j in range(chained, chained + INSIDE_MATCH):
+                chain_position(raw, j, head, chain)
+            chained = i - INSIDE_MATCH
         while chained < i:
             chain_position(raw, chained, head, chain)
             chained += 1
