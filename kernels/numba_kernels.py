@@ -94,7 +94,7 @@ I_OUT_OFFSET, I_OUT_PITCH, I_DATA_END = _ITEM["out_offset"], _ITEM["out_row_pitc
 T_ITEM, T_TILE_Y, T_TILE_X = 0, 1, 2
 _EXPANSION = {name: i for i, name in enumerate(batch.EXPANSION_DTYPE.names)}
 X_SOURCE, X_SOURCE_END, X_PREFIX_START = _EXPANSION["source"], _EXPANSION["source_end"], _EXPANSION["prefix_start"]
-X_PREFIX_BYTES, X_TARGET, X_RAW_BYTES, X_STATUS = (
+X_PREFIX_BYTES, X_TARGET, X_PLANE_BYTES, X_STATUS_INDEX = (
     _EXPANSION["prefix_bytes"], _EXPANSION["target"], _EXPANSION["plane_bytes"], _EXPANSION["status_index"]
 )
 KIND_RAW = fmt.KIND_RAW
@@ -683,8 +683,8 @@ def expand_streams(data, expansions, status):
         data[target + i] = data[expansions[index, X_PREFIX_START] + i]
     data[target + prefix] = KIND_RAW
     code = expand_lz(data, expansions[index, X_SOURCE] + 1, expansions[index, X_SOURCE_END], data,
-                     target + prefix + 1, expansions[index, X_RAW_BYTES])
-    report(status, expansions[index, X_STATUS], code)
+                     target + prefix + 1, expansions[index, X_PLANE_BYTES])
+    report(status, expansions[index, X_STATUS_INDEX], code)
 
 
 EXPAND_THREADS = WARP

@@ -83,7 +83,8 @@ _INLINED = {
     "adapted", "initial_sum", "decode_code", "decode_run", "predict", "groups_per_row", "unpredicted", "slot",
     "decode_rice_group", "decode_sparse_group", "decode_bitmap_group", "decode_fast_row_residuals", "unpredict_row",
     "zigzag", "adapt", "appended", "appended_code", "appended_run",
-    # lz.py's per-byte helpers (longest_match and put_sequence stay calls: each inlined cost about 0.35 s of first use per dtype)
+    # lz.py's per-byte helpers (longest_match and put_sequence stay calls: each inlined cost about
+    # 0.35 s of first use per dtype, for no speed measured)
     "lz_length", "hash_at", "chain_position", "sequence_bytes",
     # the palette's helpers: each compiled apart cost about half a second of the first use
     "colour_key", "hash_slot", "find_slot", "sort_keys", "tile_palette", "palette_indices", "palette_may_pay", "palette_table_bytes", "write_palette_table", "write_palette_member", "open_stream",
