@@ -98,8 +98,8 @@ def test_palette_tiles(mode, dtype):
             regions += [None, (5, 30, 20, 250)]
             files.append(files[-1])
     census = [stream_census(f) for f in files]
-    # a 16-bit plane of one channel may be smaller as an LZ stream than as a palette (docs/FORMAT.md §5.2)
-    assert all(c["palette"] or (c["lz"] and dtype == np.uint16) for c in census), census
+    # a plane may be smaller as an LZ stream than as a palette (docs/FORMAT.md §5.2)
+    assert all(c["palette"] or c["lz"] for c in census), census
     assert sum(c["palette"] for c in census) >= len(census) - 2, census
     assert sum(c["member"] for c in census) and sum(c["index_coded"] for c in census)
     assert sum(c["index_raw"] for c in census) or dtype == np.uint16  # 16-bit indices code smaller than raw

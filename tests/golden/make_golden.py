@@ -51,7 +51,7 @@ CASES = {
     "text8_fast_lz": ("text", 40, 256, 1, np.uint8, {"mode": "fast", "tile_width": 256, "tile_height": 8}),
     "text16_fast_lz": ("text", 32, 128, 4, np.uint16, {"mode": "fast", "tile_width": 128, "tile_height": 16,
                                                        "transform": "subtract-green"}),
-    "text16_compact_palette_lz": ("text", 32, 128, 1, np.uint16, {"mode": "compact", "tile_width": 128}),
+    "text16_compact_palette_lz": ("text", 32, 96, 1, np.uint16, {"mode": "compact", "tile_width": 96}),
 }
 # columns repeated, so that label regions span whole fast groups (zero groups between edges)
 WIDENED = {"labels8_fast": 16, "labels16_fast": 16}
