@@ -104,7 +104,8 @@ def report_text(report: dict) -> str:
         ratio = f"{facts['ratio']:.3f}" if facts["ratio"] is not None else "n/a"
         overhead = f"{facts['container_overhead'] * 100:.2f}%" if facts["container_overhead"] is not None else "n/a"
         lines.append(f"{split}: {facts['samples']} samples ({', '.join(facts['fields'])}), {facts['shards']} shards, "
-                     f"{facts['failures']} failures; source {facts['source_bytes'] / 1e6:.2f} MB, "
+                     f"{facts['failures']} failure{'' if facts['failures'] == 1 else 's'}; "
+                     f"source {facts['source_bytes'] / 1e6:.2f} MB, "
                      f"L3 {facts['l3_bytes'] / 1e6:.2f} MB (ratio {ratio}), shards {facts['shard_bytes'] / 1e6:.2f} MB "
                      f"(container overhead {overhead})")
         if facts["per_class"]:

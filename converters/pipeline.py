@@ -117,11 +117,12 @@ class Summary:
                 else "nothing left to convert")
         lines.append(f"{self.shards} shards ({self.shards_reused} reused), wall {self.wall_seconds:.1f} s, {work}"
                      + (", every sample verified" if self.verified else ""))
-        if self.shards - self.shards_reused < self.workers and self.shards > self.shards_reused:
-            lines.append(f"  note: {self.shards - self.shards_reused} shards for {self.workers} workers left some "
+        if self.shards < self.workers:  # (a resume that finds few shards left is not the shard size's doing)
+            lines.append(f"  note: {self.shards} shards for {self.workers} workers left some "
                          "idle (a worker converts whole shards): a smaller --shard-size spreads the work")
         for failure in self.failures[:10]:
-            lines.append(f"  skipped {failure['split']}/{failure['key']}: {failure['error']} ({failure['source']})")
+            source = "" if failure["source"] in failure["error"] else f" ({failure['source']})"  # named once
+            lines.append(f"  skipped {failure['split']}/{failure['key']}: {failure['error']}{source}")
         if len(self.failures) > 10:
             lines.append(f"  ... and {len(self.failures) - 10} more failures (manifest.json lists them all)")
         return "\n".join(lines)

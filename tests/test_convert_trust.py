@@ -118,7 +118,8 @@ def test_resume_refuses_changed_sources(tmp_path):
         convert("folder", tmp_path / "src", dst, workers=0, resume=True, progress=False)
 
 
-def test_corrupt_truncated_and_unreadable_sources_are_reported_and_skipped(tmp_path, capsys):
+@pytest.mark.parametrize("workers", ["0", "2"])  # the pool's errors name the source themselves
+def test_corrupt_truncated_and_unreadable_sources_are_reported_and_skipped(tmp_path, capsys, workers):
     expected = folder_tree(tmp_path / "src", per_class=3)
     cat = tmp_path / "src" / "cat"
     png = (cat / "0.png").read_bytes()
@@ -127,7 +128,7 @@ def test_corrupt_truncated_and_unreadable_sources_are_reported_and_skipped(tmp_p
     (cat / "truncated.jpg").write_bytes(jpeg[: len(jpeg) // 2])
     (cat / "garbage.png").write_bytes(b"not an image at all" * 10)
     os.symlink(tmp_path / "nowhere.png", cat / "dangling.png")
-    code = l3convert(["folder", str(tmp_path / "src"), str(tmp_path / "dst"), "--workers", "0", "--no-progress"])
+    code = l3convert(["folder", str(tmp_path / "src"), str(tmp_path / "dst"), "--workers", workers, "--no-progress"])
     assert code == 0
     printed = capsys.readouterr().out
     failures = read_manifest(tmp_path / "dst")["failures"]
@@ -138,6 +139,9 @@ def test_corrupt_truncated_and_unreadable_sources_are_reported_and_skipped(tmp_p
     assert len(failures) == 4 and all(failure["kind"] == "source" for failure in failures)
     assert any("unreadable" in failure["error"] for failure in failures)
     assert "skipped train/cat/garbage" in printed
+    for failure in failures:  # each skip names its source, once
+        [line] = [line for line in printed.splitlines() if f"skipped train/{failure['key']}:" in line]
+        assert line.count(failure["source"]) == 1, line
     assert printed.splitlines()[1].split()[:3] == ["train", str(len(expected)), "4"]
     assert_matches_source(tmp_path / "dst", expected)
 
