@@ -62,7 +62,7 @@ class Loader:
     CenterCrop(size); one geometry per sample for all its fields; only the tiles a crop touches are
     decoded. None: whole images. normalize: (mean, std) per channel on the 0..1 scale gives float32
     images; otherwise uint8. Images come as N×C×H×W views of N×H×W×C memory (channels_last) unless
-    channels_last=False; one-channel label maps as N×H×W; a list where sizes differ.
+    channels_last=False; one-channel label maps as N×H×W; a list where sizes, channels or dtypes differ.
     device: "cuda" (default when available) or "cpu". num_workers, prefetch_factor: the DataLoader's.
     prefetch: batches copied and decoded ahead of the one yielded (GPU path).
     on_error: "raise" (L3Error naming the sample's key) or "skip" (the sample is replaced by the
