@@ -397,6 +397,32 @@ def aligned_full(size: int, value: int, alignment: int = 256) -> np.ndarray:
     return raw[skip : skip + size]
 
 
+def with_scratch(batch) -> tuple:
+    """(the batch's bytes followed by room for its expanded LZ streams, the room's offset): the
+    scratch area after the data, 8-byte aligned, as on a device (batch.packed_layout puts it after
+    the tables); no padding at all when the batch expands nothing."""
+    scratch = -(-batch.data.size // 8) * 8 if batch.scratch_size else batch.data.size
+    padded = np.zeros(scratch + batch.scratch_size, np.uint8)
+    padded[:batch.data.size] = batch.data
+    return padded, scratch
+
+
+def expand_emulated(data: np.ndarray, expansions: np.ndarray, status: np.ndarray, order: str = "forward",
+                    seed: int = 0, *, lib: ctypes.CDLL | None = None) -> None:
+    """Run l3_expand_lz under the emulator, as gpu.launch_packed does before the decode launches:
+    data the whole buffer (scratch area included), expansions EXPANSION_DTYPE records or their (n, 7)
+    int64 view, status the int32 array their status_index entries name."""
+    expansions = np.ascontiguousarray(expansions)
+    count = len(expansions)
+    if count == 0:
+        return
+    lib = kernel_library() if lib is None else lib
+    (grid,), (threads,) = cuda_c.expand_grid(count)
+    if lib.l3emu_expand(grid, threads, ORDERS[order], seed, _pointer(data), _pointer(expansions), count,
+                        _pointer(status)) != 0:
+        raise EmulationError(f"{cuda_c.EXPAND_KERNEL}: {lib.l3emu_last_error().decode()}")
+
+
 def decode_batch_emulated(
     items,
     regions=None,
@@ -423,11 +449,7 @@ def decode_batch_emulated(
         raise ValueError("count traffic or coverage, not both at once")
     batch = l3batch.prepare(items, regions)
     lib = kernel_library("traffic" if traffic is not None else "coverage" if coverage is not None else "plain")
-    # the LZ streams' scratch area after the batch's bytes, as on a device (batch.packed_layout); the
-    # guard page then follows the scratch area
-    scratch = -(-batch.data.size // 8) * 8 if batch.scratch_size else batch.data.size
-    padded = np.zeros(scratch + batch.scratch_size, np.uint8)
-    padded[:batch.data.size] = batch.data
+    padded, scratch = with_scratch(batch)  # the guard page follows the scratch area
     data = GuardedBuffer(padded, guard)
     starts, ends, expansions = l3batch.expanded_tables(batch, scratch + data.shift)
     starts, ends = starts + data.shift, ends + data.shift
@@ -436,12 +458,7 @@ def decode_batch_emulated(
     expansions["prefix_start"] += data.shift
     out = aligned_full(batch.out_size + CANARY_BYTES, CANARY)
     status = np.zeros(len(batch.infos), np.int32)
-    if expansions.size:
-        (grid,), (threads,) = cuda_c.expand_grid(expansions.size)
-        result = lib.l3emu_expand(grid, threads, ORDERS[order], seed, _pointer(data.array), _pointer(expansions),
-                                  expansions.size, _pointer(status))
-        if result != 0:
-            raise EmulationError(f"{cuda_c.EXPAND_KERNEL}: {lib.l3emu_last_error().decode()}")
+    expand_emulated(data.array, expansions, status, order, seed, lib=lib)
     for launch in batch.launches:
         table_items = np.array(launch.items)
         table_items["data_end"] += data.shift

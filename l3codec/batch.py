@@ -259,9 +259,8 @@ def assemble(plans, data: np.ndarray, /, *, layout=None, data_offsets=None, max_
             *plan.region, out_offsets[i], pitches[i], data_offsets[i] + sizes[i],
         )
 
-    expansions, expanded_streams, scratch_size = _lz_expansions(plans, data, stream_base, stream_starts, stream_ends)
-    sample_bytes = np.array([plan.info.bits // 8 for plan in plans], np.int64)
-    expanded_samples = int((expansions["plane_bytes"] // sample_bytes[expansions["status_index"]]).sum())
+    expansions, expanded_streams, scratch_size, expanded_samples = _lz_expansions(
+        plans, data, stream_base, stream_starts, stream_ends)
     check_pixels(plans, max_pixels, expanded_samples=expanded_samples)
 
     launches = []
@@ -308,11 +307,11 @@ def assemble(plans, data: np.ndarray, /, *, layout=None, data_offsets=None, max_
 
 
 def _lz_expansions(plans, data, stream_base, stream_starts, stream_ends) -> tuple:
-    """(EXPANSION_DTYPE records, their stream indices, scratch bytes) for the LZ plane streams of the
+    """(EXPANSION_DTYPE records, their stream indices, scratch bytes, samples) for the LZ plane streams of the
     tiles each item's region needs: streams of kind 6, and palette streams whose index plane is one.
     Only kinds and the palette's count byte are read; the expansion kernel checks the rest, and a
     stream it cannot expand reports STATUS_CORRUPT, as the CPU decoder does."""
-    records, streams = [], []
+    records, streams, samples = [], [], 0
     for item, plan in enumerate(plans):
         info = plan.info
         used, _, _ = region_streams(info, plan.region)
@@ -347,15 +346,16 @@ def _lz_expansions(plans, data, stream_base, stream_starts, stream_ends) -> tupl
         record["source"], record["source_end"] = plane[lz], ends[lz]
         record["prefix_start"], record["prefix_bytes"] = starts[lz], plane[lz] - starts[lz]
         record["plane_bytes"] = heights * widths * sample_bytes
+        samples += int((heights * widths).sum())
         record["status_index"] = item
         records.append(record)
         streams.append(index[lz])
     if not records:
-        return np.zeros(0, EXPANSION_DTYPE), np.zeros(0, np.int64), 0
+        return np.zeros(0, EXPANSION_DTYPE), np.zeros(0, np.int64), 0, 0
     records = np.concatenate(records)
     spans = (records["prefix_bytes"] + 1 + records["plane_bytes"] + 7) // 8 * 8
     records["target"] = np.concatenate([[0], np.cumsum(spans)[:-1]])
-    return records, np.concatenate(streams), int(spans.sum())
+    return records, np.concatenate(streams), int(spans.sum()), samples
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from stream_census import fast_census, stream_census
 from l3codec import batch as l3batch
 from l3codec import cpu, fast
 from l3codec import format as fmt
-from l3codec.kernels import cuda_c
+from l3codec.kernels import cuda_c, emulation
 
 ORDERS = ("forward", "reversed", "shuffled")
 
@@ -712,9 +712,8 @@ def test_lz_expansion_helper_with_a_fake_cupy(monkeypatch):
     files.append(reseal(bytes(damaged)))
     batch = l3batch.prepare(files, [None, (3, 5, 20, 100), None])
     assert {int(item) for item in batch.expansions["status_index"]} == {0, 1, 2}
-    scratch = -(-batch.data.size // 8) * 8
-    data = _FakeCupy.Array(np.concatenate([batch.data, np.zeros(scratch - batch.data.size + batch.scratch_size,
-                                                                np.uint8)]))
+    padded, scratch = emulation.with_scratch(batch)
+    data = _FakeCupy.Array(padded)
     starts, ends, expansions = l3batch.expanded_tables(batch, scratch)
     status = _FakeCupy.zeros(len(files), np.int32)
     cuda_c.launch_expand(data, _FakeCupy.Array(expansions.view(np.int64).reshape(-1, 7)), status)

@@ -92,11 +92,7 @@ def emulated_decode_step(staged, buffer, out, status, stream):
     device[:packed.size] = buffer.numpy()[:packed.size]
     data, starts, ends, tables, expansions = batching.packed_views(packed, staged.batch.launches, device)
     flat, statuses, first = out.numpy(), status.numpy(), 0
-    if len(expansions):
-        (grid,), (threads,) = cuda_c.expand_grid(len(expansions))
-        expansions = np.ascontiguousarray(expansions)
-        assert lib.l3emu_expand(grid, threads, emulation.ORDERS["shuffled"], 7, data.ctypes.data,
-                                expansions.ctypes.data, len(expansions), statuses.ctypes.data) == 0
+    emulation.expand_emulated(data, expansions, statuses, "shuffled", 7, lib=lib)
     for launch, (items, tasks) in zip(staged.batch.launches, tables):
         launch_status = statuses[first:first + len(launch.items)]
         result = lib.l3emu_launch(
