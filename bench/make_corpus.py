@@ -1,9 +1,10 @@
 """Generated benchmark images that anyone can rebuild: flat graphics and label maps.
 
-    python bench/make_corpus.py /tmp/l3-corpus        # writes flat/ and labels/ under it
+    python bench/make_corpus.py /tmp/l3-corpus        # writes flat/, screens/ and labels/ under it
 
 flat/: rendered user interfaces (windows, buttons, text), bar and line charts, box-and-arrow
-diagrams and pages of text, 8-bit RGB, antialiased as screenshots are. labels/: region maps as
+diagrams and pages of text, 8-bit RGB, antialiased as screenshots are. screens/: text in several
+colours (a code editor's syntax colours, a chat's coloured names). labels/: region maps as
 segmentation datasets store them: 8-bit class ids (a few dozen classes, smooth boundaries) and
 16-bit instance ids (class * 1000 + instance). Files are written by Pillow with its default PNG
 settings, as a user's files would be; the same seed gives the same files.
@@ -104,6 +105,32 @@ def text_page(rng, size=(1000, 1300)) -> Image.Image:
     return image.convert("RGB")
 
 
+def code_editor(rng, size=(1280, 800)) -> Image.Image:
+    image = Image.new("RGB", size, (40, 44, 52))
+    draw = ImageDraw.Draw(image)
+    syntax = [(198, 120, 221), (152, 195, 121), (229, 192, 123), (97, 175, 239), (224, 108, 117), (171, 178, 191)]
+    draw.rectangle((0, 0, 48, size[1]), fill=(33, 37, 43))
+    for line in range(size[1] // 20):
+        draw.text((8, 4 + 20 * line), f"{line + 1:3d}", fill=(99, 109, 131), font=font(13))
+        x = 60 + 28 * int(rng.integers(0, 5))  # indentation
+        for _ in range(int(rng.integers(0, 8))):
+            token = words(rng, 1)
+            draw.text((x, 4 + 20 * line), token, fill=syntax[int(rng.integers(0, len(syntax)))], font=font(14))
+            x += int(draw.textlength(token + " ", font=font(14)))
+    return image
+
+
+def chat(rng, size=(1000, 900)) -> Image.Image:
+    image = Image.new("RGB", size, PALETTE[7])
+    draw = ImageDraw.Draw(image)
+    names = [(words(rng, 1), PALETTE[2 + i % 5]) for i in range(6)]
+    for line in range(size[1] // 24):
+        name, colour = names[int(rng.integers(0, len(names)))]
+        draw.text((20, 6 + 24 * line), name, fill=colour, font=font(15))
+        draw.text((150, 6 + 24 * line), words(rng, 8), fill=PALETTE[1], font=font(15))
+    return image
+
+
 def label_maps(rng, size=(1024, 2048)) -> tuple:
     """(8-bit class ids, 16-bit instance ids): smooth regions from low-frequency noise."""
     height, width = size
@@ -122,9 +149,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     rng = np.random.default_rng(args.seed)
-    flat, labels = args.out / "flat", args.out / "labels"
-    flat.mkdir(parents=True, exist_ok=True)
-    labels.mkdir(parents=True, exist_ok=True)
+    flat, screens, labels = args.out / "flat", args.out / "screens", args.out / "labels"
+    for folder in (flat, screens, labels):
+        folder.mkdir(parents=True, exist_ok=True)
     for n in range(3):
         user_interface(rng).save(flat / f"ui_{n}.png")
         chart(rng).save(flat / f"chart_{n}.png")
@@ -135,7 +162,11 @@ def main() -> None:
         classes, instances = label_maps(rng)
         Image.fromarray(classes).save(labels / f"map_{n}_labelIds.png")
         Image.fromarray(instances).save(labels / f"map_{n}_instanceIds.png")
-    print(f"wrote {len(list(flat.iterdir()))} flat graphics and {len(list(labels.iterdir()))} label maps under {args.out}")
+    for n in range(3):  # after the others: their files stay as they were
+        code_editor(rng).save(screens / f"editor_{n}.png")
+        chat(rng).save(screens / f"chat_{n}.png")
+    print(f"wrote {len(list(flat.iterdir()))} flat graphics, {len(list(screens.iterdir()))} screens of coloured text "
+          f"and {len(list(labels.iterdir()))} label maps under {args.out}")
 
 
 if __name__ == "__main__":

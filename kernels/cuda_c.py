@@ -311,7 +311,7 @@ def expand_grid(count: int) -> tuple:
 
 def launch_expand(data, expansions, status, *, stream=None):
     """Expand a packed batch's LZ streams into its scratch area (batch.packed_views: data is the whole
-    device buffer, expansions its (n, 7) int64 table, status the batch's int32 status array)."""
+    device buffer, expansions its (n, 10) int64 table, status the batch's int32 status array)."""
     count = int(expansions.shape[0])
     if count == 0:
         return

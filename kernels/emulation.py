@@ -410,7 +410,7 @@ def with_scratch(batch) -> tuple:
 def expand_emulated(data: np.ndarray, expansions: np.ndarray, status: np.ndarray, order: str = "forward",
                     seed: int = 0, *, lib: ctypes.CDLL | None = None) -> None:
     """Run l3_expand_lz under the emulator, as gpu.launch_packed does before the decode launches:
-    data the whole buffer (scratch area included), expansions EXPANSION_DTYPE records or their (n, 7)
+    data the whole buffer (scratch area included), expansions EXPANSION_DTYPE records or their (n, 10)
     int64 view, status the int32 array their status_index entries name."""
     expansions = np.ascontiguousarray(expansions)
     count = len(expansions)

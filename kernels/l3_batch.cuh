@@ -31,20 +31,23 @@ struct L3Task {
     long long tile_x;
 };
 
-// An LZ plane stream to expand into a raw one (kernels/lz.cu), before the decode kernels run.
+// An LZ stream to expand into raw ones (kernels/lz.cu), before the decode kernels run.
 struct L3Expansion {
     long long source;        // the LZ stream's kind byte
     long long source_end;
     long long prefix_start;  // prefix_bytes kept before it (a palette's header and colour table)
     long long prefix_bytes;
-    long long target;        // where the raw stream goes: the prefix, KIND_RAW, the plane's plane_bytes
+    long long target;        // where the raw streams go: per plane the prefix, KIND_RAW, the plane's plane_bytes
     long long plane_bytes;
     long long status_index;  // the status entry of the stream's item
+    long long channels;      // planes: 1, or a pixel LZ stream's channels (its interleaved output after them)
+    long long sample_bytes;
+    long long member_status;  // a status the host found in a pixel LZ tile's members, reported with the expansion's
 };
 
 #define L3_ITEM_FIELDS 16
 #define L3_TASK_FIELDS 3
-#define L3_EXPANSION_FIELDS 7
+#define L3_EXPANSION_FIELDS 10
 static_assert(sizeof(L3Item) == L3_ITEM_FIELDS * 8, "L3Item must be 16 packed int64");
 static_assert(sizeof(L3Task) == L3_TASK_FIELDS * 8, "L3Task must be 3 packed int64");
-static_assert(sizeof(L3Expansion) == L3_EXPANSION_FIELDS * 8, "L3Expansion must be 7 packed int64");
+static_assert(sizeof(L3Expansion) == L3_EXPANSION_FIELDS * 8, "L3Expansion must be 10 packed int64");

@@ -1,9 +1,12 @@
-// LZ streams (kind 6, docs/FORMAT.md §5.2) expanded on the device into raw streams, before the
-// decode kernels run: a warp per stream (l3codec/batch.py's expansion table). Each writes, at its
-// target in the scratch area after the packed batch, the bytes the stream keeps before its LZ plane
-// (a palette's header and colour table), KIND_RAW, then the LZ4 block's output; the stream tables
-// already point there, so the decode kernels read a raw stream. A block that does not make exactly
-// the tile-channel's bytes reports STATUS_CORRUPT for its item, as l3codec/lz.py's expand_lz does.
+// LZ streams (kinds 6 and 7, docs/FORMAT.md §5.2, §5.3) expanded on the device into raw streams,
+// before the decode kernels run: a warp per stream (l3codec/batch.py's expansion table). Each writes,
+// at its target in the scratch area after the packed batch, the bytes the stream keeps before its LZ
+// plane (a palette's header and colour table), KIND_RAW, then the LZ4 block's output; a pixel LZ
+// stream's block, whose output interleaves the tile's channels, expands after its planes and is then
+// dealt out into a raw stream per channel. The stream tables already point there (a pixel LZ tile's
+// members too), so the decode kernels read raw streams. A block that does not make exactly the
+// tile's bytes reports STATUS_CORRUPT for its item, as l3codec/lz.py's expand_lz does, and so does a
+// bad member the host found (member_status).
 //
 // Every lane reads the same token and length bytes (branches stay warp-uniform); the lanes copy a
 // sequence's literals and its match 32 bytes at a time. A match may overlap its own output: its
@@ -72,12 +75,32 @@ extern "C" __global__ void __launch_bounds__(32 * l3::LZ_WARPS_PER_BLOCK)
     const long long index = (long long)blockIdx.x * l3::LZ_WARPS_PER_BLOCK + threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
     if (index >= count) return;  // a whole warp
-    const L3Expansion e = expansions[index];
+    const L3Expansion& e = expansions[index];  // fields read where used: a copy of all ten spilled
     unsigned char* const target = data + e.target;
+    const long long span = (e.prefix_bytes + 1 + e.plane_bytes + 7) / 8 * 8;  // batch.plane_span
     for (long long i = lane; i < e.prefix_bytes; i += 32) target[i] = data[e.prefix_start + i];
-    if (lane == 0) target[e.prefix_bytes] = l3::KIND_RAW;
-    // every offset lies inside data: the host placed them (l3codec/batch.py)
-    const int code = l3::expand_lz_warp(data, e.source + 1, e.source_end, target + e.prefix_bytes + 1, e.plane_bytes,
+    if (lane < e.channels) target[lane * span + e.prefix_bytes] = l3::KIND_RAW;
+    // every offset lies inside data: the host placed them (l3codec/batch.py). One call site keeps
+    // expand_lz_warp inlined (a second one made it a call, whose saved registers spilled).
+    const int channels = (int)e.channels;
+    unsigned char* const pixels = target + channels * span;  // a pixel LZ block's interleaved output
+    const int code = l3::expand_lz_warp(data, e.source + 1, e.source_end,
+                                        channels == 1 ? target + e.prefix_bytes + 1 : pixels, channels * e.plane_bytes,
                                         lane);
-    if (code != l3::STATUS_OK && lane == 0) atomicCAS(&status[e.status_index], 0, code);
+    if (channels > 1 && code == l3::STATUS_OK) {  // warp-uniform
+        __syncwarp();  // the whole output, before lanes deal out each other's bytes
+        // lz.pixel_offset: byte i is byte i % sample_bytes of channel (i / sample_bytes) % channels's
+        // sample of pixel i / (channels * sample_bytes)
+        const int sample_bytes = (int)e.sample_bytes, pixel_bytes = channels * sample_bytes;
+        const int total = (int)(channels * e.plane_bytes), plane_span = (int)span;  // ints: no spills
+        for (int i = lane; i < total; i += 32) {
+            const int pixel = i / pixel_bytes, within = i - pixel * pixel_bytes;
+            const int channel = within / sample_bytes;
+            target[channel * plane_span + 1 + pixel * sample_bytes + within - channel * sample_bytes] = pixels[i];
+        }
+    }
+    if (lane == 0) {
+        if (code != l3::STATUS_OK) atomicCAS(&status[e.status_index], 0, code);
+        if (e.member_status != l3::STATUS_OK) atomicCAS(&status[e.status_index], 0, (int)e.member_status);
+    }
 }

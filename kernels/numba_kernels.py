@@ -42,6 +42,7 @@ from . import cuda_c
 
 _dev = compile_device_functions([bitio, colour, lz, streams, compact, fast], cuda.jit(device=True, inline="always"))
 expand_lz = _dev.expand_lz
+pixel_offset = _dev.pixel_offset
 read_bits = _dev.read_bits
 inverse_colour = _dev.inverse_colour
 neighbours = _dev.neighbours
@@ -96,6 +97,9 @@ _EXPANSION = {name: i for i, name in enumerate(batch.EXPANSION_DTYPE.names)}
 X_SOURCE, X_SOURCE_END, X_PREFIX_START = _EXPANSION["source"], _EXPANSION["source_end"], _EXPANSION["prefix_start"]
 X_PREFIX_BYTES, X_TARGET, X_PLANE_BYTES, X_STATUS_INDEX = (
     _EXPANSION["prefix_bytes"], _EXPANSION["target"], _EXPANSION["plane_bytes"], _EXPANSION["status_index"]
+)
+X_CHANNELS, X_SAMPLE_BYTES, X_MEMBER_STATUS = (
+    _EXPANSION["channels"], _EXPANSION["sample_bytes"], _EXPANSION["member_status"]
 )
 KIND_RAW = fmt.KIND_RAW
 
@@ -672,19 +676,35 @@ _GEOMETRY = {fmt.MODE_COMPACT: _compact_geometry, fmt.MODE_FAST: _fast_geometry}
 @cached_on_content
 @cuda.jit
 def expand_streams(data, expansions, status):
-    """A thread per LZ stream (batch.EXPANSION_DTYPE rows): the bytes kept before its LZ plane, KIND_RAW,
-    then the plane's raw bytes, at its target in the scratch area, where the stream tables point
-    (kernels/lz.cu expands with a warp per stream)."""
+    """A thread per LZ stream (batch.EXPANSION_DTYPE rows): at its target in the scratch area, where
+    the stream tables point, the bytes kept before its LZ plane, KIND_RAW, then the plane's raw bytes;
+    a pixel LZ stream's block expands after its planes and is then dealt out to them, a raw stream
+    per channel (kernels/lz.cu expands with a warp per stream)."""
     index = cuda.grid(1)
     if index >= expansions.shape[0]:
         return
     target, prefix = expansions[index, X_TARGET], expansions[index, X_PREFIX_BYTES]
+    plane_bytes, channels = expansions[index, X_PLANE_BYTES], expansions[index, X_CHANNELS]
+    span = (prefix + 1 + plane_bytes + 7) // 8 * 8  # batch.plane_span
     for i in range(prefix):
         data[target + i] = data[expansions[index, X_PREFIX_START] + i]
-    data[target + prefix] = KIND_RAW
-    code = expand_lz(data, expansions[index, X_SOURCE] + 1, expansions[index, X_SOURCE_END], data,
-                     target + prefix + 1, expansions[index, X_PLANE_BYTES])
+    for channel in range(channels):
+        data[target + channel * span + prefix] = KIND_RAW
+    source, source_end = expansions[index, X_SOURCE] + 1, expansions[index, X_SOURCE_END]
+    if channels == 1:
+        code = expand_lz(data, source, source_end, data, target + prefix + 1, plane_bytes)
+    else:
+        pixels = target + channels * span
+        code = expand_lz(data, source, source_end, data, pixels, channels * plane_bytes)
+        if code == STATUS_OK:
+            sample_bytes = expansions[index, X_SAMPLE_BYTES]
+            for pixel in range(plane_bytes // sample_bytes):
+                for channel in range(channels):
+                    at = pixels + pixel_offset(pixel, channel, channels, sample_bytes)
+                    for byte in range(sample_bytes):
+                        data[target + channel * span + 1 + pixel * sample_bytes + byte] = data[at + byte]
     report(status, expansions[index, X_STATUS_INDEX], code)
+    report(status, expansions[index, X_STATUS_INDEX], expansions[index, X_MEMBER_STATUS])
 
 
 EXPAND_THREADS = WARP

@@ -51,11 +51,15 @@ assert ITEM_DTYPE.itemsize == 16 * 8
 TASK_DTYPE = np.dtype([("item", "<i8"), ("tile_y", "<i8"), ("tile_x", "<i8")])
 assert TASK_DTYPE.itemsize == 3 * 8
 
-# One record per LZ plane stream to expand (a warp each): its LZ stream (from its kind byte) at
+# One record per LZ stream to expand (a warp each): its LZ stream (from its kind byte) at
 # [source, source_end), the prefix_bytes before it at prefix_start that the stream keeps (a palette's
-# header and colour table: an LZ index plane), and where the raw stream goes: prefix, KIND_RAW,
-# then the plane's plane_bytes, at target. status_index: the entry of the status array its item
-# reports in.
+# header and colour table: an LZ index plane), and where the raw streams go, from target: for each
+# of `channels` planes (1 for kind 6; a pixel LZ stream's tile's channels, kind 7) the prefix,
+# KIND_RAW, then the plane's plane_bytes, each plane plane_span(record) bytes after the last; for
+# more than one, the block's interleaved output after them (samples of sample_bytes). status_index:
+# the entry of the status array its item reports in; member_status: a status the host found in the
+# tile's members (kind 7: STATUS_BAD_KIND or STATUS_BAD_SIZE, as streams.open_stream), which the
+# expansion reports too.
 EXPANSION_DTYPE = np.dtype(
     [
         ("source", "<i8"),
@@ -65,9 +69,12 @@ EXPANSION_DTYPE = np.dtype(
         ("target", "<i8"),
         ("plane_bytes", "<i8"),
         ("status_index", "<i8"),
+        ("channels", "<i8"),
+        ("sample_bytes", "<i8"),
+        ("member_status", "<i8"),
     ]
 )
-assert EXPANSION_DTYPE.itemsize == 7 * 8
+assert EXPANSION_DTYPE.itemsize == 10 * 8
 
 
 @dataclass
@@ -101,9 +108,15 @@ class Batch:
     launches: list
     data_offsets: np.ndarray | None = None  # int64 byte offset of each item's file in data
     # LZ streams to expand before the launches: EXPANSION_DTYPE with targets relative to the scratch
-    # area and status_index the item's index in the batch; stream index of each in expanded_streams
+    # area and status_index the item's index in the batch; the streams read from the scratch area
+    # instead (a pixel LZ tile's members too), their bytes there (relative to it), and where they lie
+    # in data (which a CPU decode of the packed batch reads: its stream tables point to the scratch)
     expansions: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, EXPANSION_DTYPE))
     expanded_streams: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
+    expanded_starts: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
+    expanded_ends: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
+    unexpanded_starts: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
+    unexpanded_ends: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
     scratch_size: int = 0  # bytes of the expanded streams
 
     @property
@@ -259,9 +272,8 @@ def assemble(plans, data: np.ndarray, /, *, layout=None, data_offsets=None, max_
             *plan.region, out_offsets[i], pitches[i], data_offsets[i] + sizes[i],
         )
 
-    expansions, expanded_streams, scratch_size, expanded_samples = _lz_expansions(
-        plans, data, stream_base, stream_starts, stream_ends)
-    check_pixels(plans, max_pixels, expanded_samples=expanded_samples)
+    expansions = _lz_expansions(plans, data, stream_base, stream_starts, stream_ends)
+    check_pixels(plans, max_pixels, expanded_samples=expansions.samples)
 
     launches = []
     modes = np.array([fmt.MODES[info.mode] for info in infos])
@@ -300,18 +312,43 @@ def assemble(plans, data: np.ndarray, /, *, layout=None, data_offsets=None, max_
         out_size=int(out_size),
         launches=launches,
         data_offsets=data_offsets,
-        expansions=expansions,
-        expanded_streams=expanded_streams,
-        scratch_size=scratch_size,
+        expansions=expansions.records,
+        expanded_streams=expansions.streams,
+        expanded_starts=expansions.starts,
+        expanded_ends=expansions.ends,
+        unexpanded_starts=expansions.unexpanded_starts,
+        unexpanded_ends=expansions.unexpanded_ends,
+        scratch_size=expansions.scratch_size,
     )
 
 
-def _lz_expansions(plans, data, stream_base, stream_starts, stream_ends) -> tuple:
-    """(EXPANSION_DTYPE records, their stream indices, scratch bytes, samples) for the LZ plane streams of the
-    tiles each item's region needs: streams of kind 6, and palette streams whose index plane is one.
-    Only kinds and the palette's count byte are read; the expansion kernel checks the rest, and a
-    stream it cannot expand reports STATUS_CORRUPT, as the CPU decoder does."""
-    records, streams, samples = [], [], 0
+def plane_span(records) -> np.ndarray:
+    """Bytes from one expanded plane of an EXPANSION_DTYPE record to the next (8-byte aligned)."""
+    return (records["prefix_bytes"] + 1 + records["plane_bytes"] + 7) // 8 * 8
+
+
+@dataclass
+class Expansions:
+    """What _lz_expansions plans: the records, the streams read from the scratch area and where, its
+    bytes, and the samples written there (which count against max_pixels)."""
+
+    records: np.ndarray
+    streams: np.ndarray
+    starts: np.ndarray
+    ends: np.ndarray
+    scratch_size: int
+    samples: int
+    unexpanded_starts: np.ndarray
+    unexpanded_ends: np.ndarray
+
+
+def _lz_expansions(plans, data, stream_base, stream_starts, stream_ends) -> Expansions:
+    """The LZ streams of the tiles each item's region needs: streams of kind 6, palette streams whose
+    index plane is one, and pixel LZ streams (kind 7), whose tile's members then read their planes
+    from the scratch area too. Only kinds, members' sizes and the palette's count byte are read; the
+    expansion kernel checks the rest, and a stream it cannot expand reports STATUS_CORRUPT, as the CPU
+    decoder does."""
+    records, streams = [], []
     for item, plan in enumerate(plans):
         info = plan.info
         used, _, _ = region_streams(info, plan.region)
@@ -324,7 +361,8 @@ def _lz_expansions(plans, data, stream_base, stream_starts, stream_ends) -> tupl
         plane = starts.copy()
         channel = used % info.channels
         # streams.open_stream's rules, vectorised: an LZ plane is a stream of kind 6 outside a
-        # palette tile, or the index plane of a palette stream (channel 0 of kind 3)
+        # palette or pixel LZ tile, the index plane of a palette stream (channel 0 of kind 3), or a
+        # pixel LZ stream in channel 0
         tile_kinds = np.full(used.size, -1, np.int64)  # the kind of the tile's channel-0 stream
         first = stream_starts[index - channel]
         tile_present = stream_ends[index - channel] > first
@@ -335,8 +373,9 @@ def _lz_expansions(plans, data, stream_base, stream_starts, stream_ends) -> tupl
         palette &= plane < ends
         plane_kinds = kinds.copy()
         plane_kinds[palette] = data[plane[palette]]
-        in_palette_tile = (channel != 0) & (tile_kinds == fmt.KIND_PALETTE)  # BAD_KIND, before any LZ check
-        lz = present & (plane_kinds == fmt.KIND_LZ) & (((kinds == fmt.KIND_LZ) & ~in_palette_tile) | palette)
+        in_member_tile = (channel != 0) & ((tile_kinds == fmt.KIND_PALETTE) | (tile_kinds == fmt.KIND_PIXEL_LZ))
+        pixels = present & (kinds == fmt.KIND_PIXEL_LZ) & (channel == 0)
+        lz = pixels | (present & (plane_kinds == fmt.KIND_LZ) & (((kinds == fmt.KIND_LZ) & ~in_member_tile) | palette))
         if not lz.any():
             continue
         tiles = used[lz] // info.channels
@@ -346,16 +385,37 @@ def _lz_expansions(plans, data, stream_base, stream_starts, stream_ends) -> tupl
         record["source"], record["source_end"] = plane[lz], ends[lz]
         record["prefix_start"], record["prefix_bytes"] = starts[lz], plane[lz] - starts[lz]
         record["plane_bytes"] = heights * widths * sample_bytes
-        samples += int((heights * widths).sum())
         record["status_index"] = item
+        record["channels"] = np.where(pixels[lz], info.channels, 1)
+        record["sample_bytes"] = sample_bytes
+        # a pixel LZ tile's members, checked as open_stream does (the GPU reads their planes instead)
+        tile_streams = index[lz][pixels[lz]]
+        member_status = np.zeros(tile_streams.size, np.int64)
+        for member in range(info.channels - 1, 0, -1):  # the first bad member's status stays
+            at = tile_streams + member
+            sizes = stream_ends[at] - stream_starts[at]
+            member_status = np.where(data[stream_starts[at]] != fmt.KIND_PALETTE_MEMBER, fmt.STATUS_BAD_KIND,
+                                     np.where(sizes != 1, fmt.STATUS_BAD_SIZE, member_status))
+        record["member_status"][pixels[lz]] = member_status
         records.append(record)
         streams.append(index[lz])
     if not records:
-        return np.zeros(0, EXPANSION_DTYPE), np.zeros(0, np.int64), 0, 0
-    records = np.concatenate(records)
-    spans = (records["prefix_bytes"] + 1 + records["plane_bytes"] + 7) // 8 * 8
+        empty = np.zeros(0, np.int64)
+        return Expansions(np.zeros(0, EXPANSION_DTYPE), empty, empty, empty, 0, 0, empty, empty)
+    records, first_streams = np.concatenate(records), np.concatenate(streams)
+    planes = records["channels"]
+    interleaved = np.where(planes > 1, (planes * records["plane_bytes"] + 7) // 8 * 8, 0)
+    spans = plane_span(records) * planes + interleaved
     records["target"] = np.concatenate([[0], np.cumsum(spans)[:-1]])
-    return records, np.concatenate(streams), int(spans.sum()), samples
+    # the streams read from the scratch area: each record's channel-0 stream, and its tile's members
+    owner = np.repeat(np.arange(len(records)), planes)
+    member = np.arange(owner.size) - np.repeat(np.cumsum(planes) - planes, planes)
+    starts = records["target"][owner] + member * plane_span(records)[owner]
+    ends = starts + records["prefix_bytes"][owner] + 1 + records["plane_bytes"][owner]
+    samples = int((planes * records["plane_bytes"] // records["sample_bytes"] * np.where(planes > 1, 2, 1)).sum())
+    streams = first_streams[owner] + member
+    return Expansions(records, streams, starts, ends, int(spans.sum()), samples, stream_starts[streams],
+                      stream_ends[streams])
 
 
 @dataclass(frozen=True)
@@ -410,8 +470,8 @@ def expanded_tables(batch: Batch, scratch: int, status_index=None) -> tuple:
     expansions["target"] += scratch
     if status_index is not None:
         expansions["status_index"] = np.asarray(status_index, np.int64)[expansions["status_index"]]
-    starts[batch.expanded_streams] = expansions["target"]
-    ends[batch.expanded_streams] = expansions["target"] + expansions["prefix_bytes"] + 1 + expansions["plane_bytes"]
+    starts[batch.expanded_streams] = scratch + batch.expanded_starts
+    ends[batch.expanded_streams] = scratch + batch.expanded_ends
     return starts, ends, expansions
 
 
@@ -442,7 +502,7 @@ def packed_views(layout: PackedLayout, launches, buffer, /, int64_type=np.int64)
     """(data, stream_starts, stream_ends, [(items, tasks) per launch], expansions) as views of a flat
     uint8 packed buffer of any array library with slicing, .view(dtype) and .reshape (numpy, CuPy,
     Numba device arrays; torch with int64_type=torch.int64): int64 tables, items (n, 16), tasks
-    (n, 3), expansions (n, 7). data is the whole buffer when it has a scratch area (the expanded
+    (n, 3), expansions (n, 10). data is the whole buffer when it has a scratch area (the expanded
     streams lie there), else the batch's bytes."""
     def int64(start: int, count: int, columns: int | None = None):
         view = buffer[start:start + 8 * count].view(int64_type)

@@ -121,6 +121,7 @@ _encoders = compile_device_functions(_MODULES, _compile_once_per_type, replaceme
 forward_colour = _dev.forward_colour
 inverse_colour = _dev.inverse_colour
 decode_uncoded = _dev.decode_uncoded
+decode_pixel_lz = _dev.decode_pixel_lz
 open_stream = _dev.open_stream
 palette_sample = _dev.palette_sample
 tile_palette = _encoders.tile_palette
@@ -130,12 +131,14 @@ write_palette_member = _encoders.write_palette_member
 palette_table_bytes = _encoders.palette_table_bytes
 palette_may_pay = _encoders.palette_may_pay
 _PLANE_MEMBER = streams.PLANE_MEMBER
+_PLANE_PIXELS = streams.PLANE_PIXELS
 _HASH_SLOTS = palette.HASH_SLOTS
 encode_compact_stream = _encoders.encode_compact_stream
 decode_compact_stream = _dev.decode_compact_stream
 encode_fast_stream = _encoders.encode_fast_stream
 decode_fast_stream = _dev.decode_fast_stream
 smaller_as_lz = _encoders.smaller_as_lz
+pixel_lz_stream = _encoders.pixel_lz_stream
 lz_scratch = _encoders.lz_scratch
 
 
@@ -260,12 +263,17 @@ def _stream_tile(planes, stream, grid):
     """The view of planes that holds a stream's tile-channel. grid = (tiles across the image, tile
     width, tile height, origin y, origin x): planes' pixel (0, 0) is the image's pixel at the origin,
     and planes end where the image or the last tile they cover ends."""
+    return _tile_pixels(planes, stream // planes.shape[0], grid)[stream % planes.shape[0]]
+
+
+@numba.njit
+def _tile_pixels(planes, tile, grid):
+    """The view of planes that holds a tile's every channel (grid as for _stream_tile)."""
     tiles_x, tile_width, tile_height, origin_y, origin_x = grid
     channels, height, width = planes.shape
-    tile = stream // channels
     y0 = (tile // tiles_x) * tile_height - origin_y
     x0 = (tile % tiles_x) * tile_width - origin_x
-    return planes[stream % channels, y0:min(y0 + tile_height, height), x0:min(x0 + tile_width, width)]
+    return planes[:, y0:min(y0 + tile_height, height), x0:min(x0 + tile_width, width)]
 
 
 # Each stream in its mode's coding, then as an LZ stream where that is smaller (docs/FORMAT.md §5.2).
@@ -359,7 +367,9 @@ def _open_plane(buf, starts, ends, stream, planes, grid, bits):
     code, start, colours = open_stream(buf, starts[stream], ends[stream], channel, starts[stream - channel], channels,
                                        bits // 8)
     coded = False
-    if code == fmt.STATUS_OK and colours != _PLANE_MEMBER:
+    if code == fmt.STATUS_OK and colours == _PLANE_PIXELS:
+        code = decode_pixel_lz(buf, start, ends[stream], _tile_pixels(planes, stream // channels, grid), bits)
+    elif code == fmt.STATUS_OK and colours != _PLANE_MEMBER:
         code, coded = decode_uncoded(buf, start, ends[stream], _stream_tile(planes, stream, grid), bits)
     return code, start, colours, coded
 
@@ -406,6 +416,24 @@ def _decode_fast_streams(buf, starts, ends, stream_ids, planes, grid, bits, stat
         status[i] = code
 
 
+@_cached
+def _keep_pixel_lz(planes, grid, bits, out, slot_bytes, sizes, first, stop):
+    """Where a tile's pixels as a pixel LZ stream, and members, are smaller than its streams so far
+    (sizes), write them over those in out's slots (docs/FORMAT.md §5.3)."""
+    channels = planes.shape[0]
+    raw, block, head, chain = lz_scratch(grid[1], grid[2] * channels, bits)
+    for tile in range(first, stop):
+        first_stream = tile * channels
+        limit = min(_plain_size(sizes, first_stream, channels) - (channels - 1), slot_bytes)
+        size = pixel_lz_stream(_tile_pixels(planes, tile, grid), bits, out, first_stream * slot_bytes, limit,
+                               raw, block, head, chain)
+        if size == 0:
+            continue
+        sizes[first_stream] = size
+        for channel in range(1, channels):
+            sizes[first_stream + channel] = write_palette_member(out, (first_stream + channel) * slot_bytes)
+
+
 class _StreamDrivers(typing.NamedTuple):
     encode: object
     decode: object
@@ -419,13 +447,22 @@ _STREAM_DRIVERS = {
 
 def encode_streams(planes, mode, tile_width, tile_height, bits, out, slot_bytes, sizes):
     """Encode every tile-channel of CHW planes into out, stream i at i * slot_bytes; sizes[i] = its size.
-    A tile of few colours becomes a palette tile where that is smaller (docs/FORMAT.md §5.1)."""
+    A tile of few colours becomes a palette tile where that is smaller (docs/FORMAT.md §5.1), a tile
+    that repeats its pixels a pixel LZ stream (§5.3)."""
     grid = ((planes.shape[2] + tile_width - 1) // tile_width, tile_width, tile_height, 0, 0)
     encode = _STREAM_DRIVERS[mode].encode
     _in_parallel(encode, sizes.shape[0], planes, grid, bits, out, slot_bytes, sizes)
     channels = planes.shape[0]
-    if not palette.palette_allowed(channels, bits):
-        return
+    tiles = sizes.shape[0] // channels
+    if palette.palette_allowed(channels, bits):
+        _keep_palette_tiles(planes, grid, bits, encode, out, slot_bytes, sizes)
+    if channels > 1:
+        _in_parallel(_keep_pixel_lz, tiles, planes, grid, bits, out, slot_bytes, sizes)
+
+
+def _keep_palette_tiles(planes, grid, bits, encode, out, slot_bytes, sizes):
+    """Palette tiles where they are smaller (docs/FORMAT.md §5.1), the index planes coded by the mode's driver."""
+    channels = planes.shape[0]
     tiles = sizes.shape[0] // channels
     counts = np.zeros(tiles, np.int64)
     keys = np.empty((tiles, fmt.PALETTE_MAX_COLOURS), np.int64)

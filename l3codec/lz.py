@@ -1,11 +1,14 @@
-"""LZ streams (kind 6, format version 6): a tile-channel's raw bytes as an LZ4 block.
+"""LZ streams: a tile-channel's raw bytes (kind 6, format version 6) or a tile's pixels (kind 7,
+version 7) as an LZ4 block.
 
 Rendered text, user interfaces and diagrams repeat whole glyphs and widgets, which a
 per-sample predictor codes again each time and an LZ77 match copies. A stream of kind
 KIND_LZ holds, after its kind byte, an LZ4 block (the block format of lz4, without a frame)
 whose output is exactly the raw stream's bytes: the tile-channel's samples in row-major
 order, little-endian. The encoder writes one where it is smaller than the stream its mode
-codes (docs/FORMAT.md §5.2).
+codes (docs/FORMAT.md §5.2). A stream of kind KIND_PIXEL_LZ, a tile's channel-0 stream, holds the
+tile's pixels with their channels interleaved (pixel_offset): text in several colours repeats whole
+pixels, where each plane alone would pay for every glyph again (§5.3).
 
     sequence: | token | literal length + ... | literals | offset (u16 LE) | match length + ... |
     token:     high nibble: literals (15: more bytes follow), low nibble: match length - 4 (likewise)
@@ -17,7 +20,7 @@ thread per stream); kernels/lz.cu is its warp-wide twin.
 
 import numpy as np
 
-from .format import KIND_LZ, STATUS_CORRUPT, STATUS_OK
+from .format import KIND_LZ, KIND_PIXEL_LZ, STATUS_CORRUPT, STATUS_OK
 from .jit import device
 
 MIN_MATCH = 4  # a token's match nibble counts from here
@@ -81,6 +84,13 @@ def expand_lz(buf, pos, end, out, first, size):
         produced += match
 
 
+@device
+def pixel_offset(pixel, channel, channels, bytes_per_sample):
+    """Where a pixel LZ block's output holds sample `channel` of pixel `pixel` (row-major in the tile):
+    pixels one after another, each its channels in order, each sample little-endian."""
+    return (pixel * channels + channel) * bytes_per_sample
+
+
 # ---------------------------------------------------------------- encoder (CPU only)
 
 
@@ -96,6 +106,22 @@ def raw_bytes(tile, bits, raw):
                 raw[pos + 1] = value >> 8
             pos += bits // 8
     return pos
+
+
+@device
+def pixel_bytes(pixels, bits, raw):
+    """A pixel LZ block's output for a tile's planes (3-D view: channel, row, column) into raw."""
+    channels, height, width = pixels.shape
+    bytes_per_sample = bits // 8
+    for row in range(height):
+        for col in range(width):
+            for channel in range(channels):
+                pos = pixel_offset(row * width + col, channel, channels, bytes_per_sample)
+                value = np.int64(pixels[channel, row, col])
+                raw[pos] = value & 255
+                if bytes_per_sample == 2:
+                    raw[pos + 1] = value >> 8
+    return channels * height * width * bytes_per_sample
 
 
 @device
@@ -267,8 +293,29 @@ def smaller_as_lz(tile, bits, out, start, size, raw, block, head, chain):
 
 
 @device
+def pixel_lz_stream(pixels, bits, out, start, limit, raw, block, head, chain):
+    """The tile's planes (3-D view) as a pixel LZ stream at out[start:] if it is smaller than `limit`
+    bytes: its size, else 0 and out unchanged. Tried only where every plane passes lz_may_pay.
+    raw, block, head, chain: lz_scratch for the tile's samples of every channel."""
+    for channel in range(pixels.shape[0]):
+        if not lz_may_pay(pixels[channel], head):
+            return 0
+    count = pixel_bytes(pixels, bits, raw)
+    if count <= MATCH_START_LIMIT:
+        return 0
+    end = encode_lz_block(raw, count, block, 1, min(limit, block.shape[0]), head, chain)
+    if end < 0:
+        return 0
+    out[start] = KIND_PIXEL_LZ
+    for i in range(1, end):
+        out[start + i] = block[i]
+    return end
+
+
+@device
 def lz_scratch(tile_width, tile_height, bits):
-    """smaller_as_lz's scratch for tiles of at most this size: (raw, block, head, chain)."""
+    """smaller_as_lz's scratch for tiles of at most this size (pixel_lz_stream's: tile_height times the
+    channels): (raw, block, head, chain)."""
     count = tile_width * tile_height * (bits // 8)
     return (np.empty(count, np.uint8), np.empty(count + 1, np.uint8), np.empty(1 << HASH_BITS, np.int32),
             np.empty(count, np.int32))

@@ -7,13 +7,20 @@ every decoder accepts and rejects exactly the same streams.
 
 import numpy as np
 
-from .format import (KIND_CODED, KIND_CODED_EXTENDED, KIND_CONSTANT, KIND_LZ, KIND_PALETTE, KIND_PALETTE_MEMBER, KIND_RAW,
-                     PALETTE_HEADER_BYTES, STATUS_BAD_KIND, STATUS_BAD_SIZE, STATUS_OK)
+from .format import (KIND_CODED, KIND_CODED_EXTENDED, KIND_CONSTANT, KIND_LZ, KIND_PALETTE, KIND_PALETTE_MEMBER,
+                     KIND_PIXEL_LZ, KIND_RAW, PALETTE_HEADER_BYTES, STATUS_BAD_KIND, STATUS_BAD_SIZE, STATUS_OK)
 from .jit import device
-from .lz import expand_lz
+from .lz import expand_lz, pixel_offset
 
 PLANE_OWN = 0  # open_stream's colours for a stream that codes its own plane (kinds 0-2, 5, 6)
-PLANE_MEMBER = -1  # ... for a palette member: the tile's channel-0 stream writes its plane
+PLANE_MEMBER = -1  # ... for a member (kind 4): the tile's channel-0 stream writes its plane
+PLANE_PIXELS = -2  # ... for a pixel LZ stream (kind 7): it writes every plane of its tile
+
+
+@device
+def holds_tile(kind):
+    """A channel-0 stream kind that codes every channel of its tile, whose other channels are members."""
+    return kind == KIND_PALETTE or kind == KIND_PIXEL_LZ
 
 
 @device
@@ -21,16 +28,19 @@ def open_stream(buf, start, end, channel, tile_start, channels, bytes_per_sample
     """Where a tile-channel's plane stream begins: (status, plane start, colours). tile_start is the
     start of the tile's channel-0 stream. colours is PLANE_OWN for kinds 0-2, 5 and 6 (the plane stream is the
     stream); for a palette stream (kind 3, channel 0 only) the palette's colour count, its table at
-    start + PALETTE_HEADER_BYTES and its index plane's stream after the table; PLANE_MEMBER for a
-    palette member (kind 4: channels 1.. of a palette tile, one byte, nothing of its own to decode)."""
+    start + PALETTE_HEADER_BYTES and its index plane's stream after the table; PLANE_PIXELS for a pixel
+    LZ stream (kind 7, channel 0 only); PLANE_MEMBER for a member (kind 4: channels 1.. of a palette or
+    pixel LZ tile, one byte, nothing of its own to decode)."""
     kind = buf[start]
-    in_palette_tile = channel != 0 and buf[tile_start] == KIND_PALETTE
+    in_member_tile = channel != 0 and holds_tile(buf[tile_start])
     if kind == KIND_PALETTE_MEMBER:
-        if not in_palette_tile:
+        if not in_member_tile:
             return STATUS_BAD_KIND, start, PLANE_MEMBER
         return (STATUS_OK if end - start == 1 else STATUS_BAD_SIZE), start, PLANE_MEMBER
-    if in_palette_tile:  # a palette tile's other channels are members, nothing else
+    if in_member_tile:  # such a tile's other channels are members, nothing else
         return STATUS_BAD_KIND, start, PLANE_OWN
+    if kind == KIND_PIXEL_LZ:
+        return (STATUS_BAD_KIND if channel != 0 else STATUS_OK), start, PLANE_PIXELS
     if kind != KIND_PALETTE:
         return STATUS_OK, start, PLANE_OWN  # kinds 0-2, 5 and 6, or a bad kind that uncoded_stream_status reports
     if channel != 0:
@@ -160,3 +170,20 @@ def decode_uncoded(buf, start, end, tile, bits):
         for col in range(width):
             tile[row, col] = uncoded_sample(buf, start, kind, row * width + col, bits // 8)
     return status, False
+
+
+@device
+def decode_pixel_lz(buf, start, end, pixels, bits):
+    """Expand the pixel LZ stream buf[start:end] (kind 7) into a tile's planes (3-D view: channel, row,
+    column): its status (STATUS_CORRUPT when the block does not make exactly the tile's samples)."""
+    channels, height, width = pixels.shape
+    bytes_per_sample = bits // 8
+    raw = np.empty(channels * height * width * bytes_per_sample, np.uint8)
+    status = expand_lz(buf, start + 1, end, raw, 0, raw.shape[0])
+    if status == STATUS_OK:
+        for channel in range(channels):
+            for row in range(height):
+                for col in range(width):
+                    pixels[channel, row, col] = read_sample(
+                        raw, pixel_offset(row * width + col, channel, channels, bytes_per_sample), bytes_per_sample)
+    return status

@@ -242,6 +242,15 @@ def lz_stream(*sequences) -> bytes:
     return bytes([fmt.KIND_LZ]) + b"".join(sequences)
 
 
+def pixel_lz_stream(*sequences) -> bytes:
+    """A pixel LZ stream (docs/FORMAT.md §5.3): a tile's channels interleaved, as one LZ4 block."""
+    return bytes([fmt.KIND_PIXEL_LZ]) + b"".join(sequences)
+
+
+# A pixel LZ stream for a 4 x 16 compact tile of 3 channels (192 bytes): a row of 16 pixels, then
+# matches of it
+VALID_PIXEL_LZ = pixel_lz_stream(lz_sequence(bytes(range(48)), 48, 140), lz_sequence(bytes(4)))
+
 # LZ streams for a 4 x 16 compact tile (64 bytes): a row of literals, a match of the row above
 # (offset 16) for rows 1-2 and an overlapping run (offset 1) for row 3, then a last literal
 LZ_ROW = bytes(range(100, 116))
@@ -310,6 +319,25 @@ def status_cases() -> dict:
         "compact a broken LZ stream beside a palette": (
             (palette_stream(200, compact_stream(valid4), 2), lz_stream(bytes([0x0F, 1, 0]))), 4, kind),
         "compact LZ of 3 channels": ((VALID_LZ, lz_stream(lz_sequence(bytes(64))), VALID_LZ), 4, ok),
+        "compact pixel LZ of 3 channels and members": ((VALID_PIXEL_LZ, MEMBER, MEMBER), 4, ok),
+        "compact pixel LZ of 1 channel": (bytes([fmt.KIND_PIXEL_LZ]) + VALID_LZ[1:], 4, ok),
+        "compact pixel LZ of 2 channels, literals only": (
+            (pixel_lz_stream(lz_sequence(bytes(range(128)))), MEMBER), 4, ok),
+        "compact pixel LZ, a pixel short": (
+            (pixel_lz_stream(lz_sequence(bytes(range(48)), 48, 137), lz_sequence(bytes(4))), MEMBER, MEMBER), 4, corrupt),
+        "compact pixel LZ, kind byte alone": ((pixel_lz_stream(), MEMBER, MEMBER), 4, corrupt),
+        "compact pixel LZ, one plane's bytes": ((pixel_lz_stream(VALID_LZ[1:]), MEMBER, MEMBER), 4, corrupt),
+        "compact pixel LZ, a member of 2 bytes": ((VALID_PIXEL_LZ, MEMBER, MEMBER + b"\0"), 4, size),
+        "compact pixel LZ, a constant member": ((VALID_PIXEL_LZ, bytes([fmt.KIND_CONSTANT, 7]), MEMBER), 4, kind),
+        "compact pixel LZ, an LZ member": ((VALID_PIXEL_LZ, MEMBER, VALID_LZ), 4, kind),
+        "compact pixel LZ, a palette member": (
+            (VALID_PIXEL_LZ, palette_stream(2, bytes([fmt.KIND_CONSTANT, 1]), 3), MEMBER), 4, kind),
+        "compact pixel LZ, a pixel LZ member": ((VALID_PIXEL_LZ, VALID_PIXEL_LZ, MEMBER), 4, kind),
+        "compact pixel LZ in channel 1": ((bytes([fmt.KIND_CONSTANT, 7]), VALID_PIXEL_LZ[:1] + VALID_LZ[1:]), 4, kind),
+        "compact pixel LZ beside a palette": (
+            (palette_stream(200, compact_stream(valid4), 2), VALID_PIXEL_LZ[:1] + VALID_LZ[1:]), 4, kind),
+        "compact palette, pixel LZ indices": (palette_stream(120, VALID_PIXEL_LZ[:1] + VALID_LZ[1:]), 4, kind),
+        "compact kind 8": (bytes([8]) + compact_stream(valid4)[1:], 4, kind),
         "compact constant too long": (bytes([fmt.KIND_CONSTANT, 7, 7]), 4, size),
         "compact raw too short": (bytes([fmt.KIND_RAW]) + bytes(4 * WIDTH - 1), 4, size),
         "compact header cut short": (compact_stream(valid4)[:7], 4, size),
@@ -409,6 +437,11 @@ def status_cases() -> dict:
                                                3, corrupt, 16)
     cases["fast LZ indices of a palette"] = (
         palette_stream(200, lz_stream(lz_sequence(bytes(range(80)), 80, 155), lz_sequence(bytes(5)))), 3, ok)
+    # a 3 x 80 fast tile of 2 channels, 16-bit: 960 bytes, a row of pixels and then matches of it
+    cases["fast 16-bit pixel LZ of 2 channels"] = (
+        (pixel_lz_stream(lz_sequence(bytes(range(160)) * 2, 320, 635), lz_sequence(bytes(5))), MEMBER), 3, ok, 16)
+    cases["fast 16-bit pixel LZ, a sample short"] = (
+        (pixel_lz_stream(lz_sequence(bytes(range(160)) * 2, 320, 635), lz_sequence(bytes(3))), MEMBER), 3, corrupt, 16)
     cases["fast LZ ending in a match"] = (lz_stream(lz_sequence(bytes(range(80)), 80, 160)), 3, corrupt)
     cases["fast LZ, an empty last sequence"] = (lz_stream(lz_sequence(bytes(range(80)), 80, 160), lz_sequence(b"")), 3, ok)
     cases["fast 16-bit rice k 14"] = (

@@ -24,6 +24,9 @@ IMAGES = [
     # palette's index plane
     ("text", 12, 64, 3, np.uint16, "fast", 64, 8, "rg-mean"),
     ("text", 12, 64, 2, np.uint16, "fast", 64, 8, "none"),
+    # pixel LZ streams (§5.3): a tile's channels interleaved in one block, dealt out to raw planes
+    ("coloured_text", 12, 64, 3, np.uint8, "fast", 64, 8, "rg-mean"),
+    ("coloured_text", 12, 40, 4, np.uint16, "compact", 32, 32, "none"),
 ]
 
 

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-KINDS = ("noise", "gradient", "constant", "labels", "extremes", "smooth_noise", "flat_graphics", "text")
+KINDS = ("noise", "gradient", "constant", "labels", "extremes", "smooth_noise", "flat_graphics", "text", "coloured_text")
 
 
 def make_image(kind: str, height: int, width: int, channels: int, dtype, seed: int = 0) -> np.ndarray:
@@ -42,6 +42,18 @@ def make_image(kind: str, height: int, width: int, channels: int, dtype, seed: i
         for y in range(1, height - 9, 11):
             for x in range(2, width - 6, 7):
                 image[y:y + 9, x:x + 6] = np.minimum(image[y:y + 9, x:x + 6], glyphs[rng.integers(0, 4)][:, :, None])
+    elif kind == "coloured_text":
+        # the same antialiased glyphs, each in one of twelve colours: a glyph's pixels repeat whole,
+        # while each plane alone sees it in twelve shades, and a tile holds too many colours for a
+        # palette (what pixel LZ streams are for)
+        coverage = rng.integers(0, 32, (4, 9, 6, 1)) * (rng.random((4, 9, 6, 1)) < 0.4)  # mostly background
+        colours = rng.integers(0, top // 2, (12, channels), endpoint=True)
+        background = top - top // 10
+        image = np.full((height, width, channels), background)
+        for y in range(1, height - 9, 11):
+            for x in range(2, width - 6, 7):
+                colour = colours[rng.integers(0, 12)]
+                image[y:y + 9, x:x + 6] = background + (colour - background) * coverage[rng.integers(0, 4)] // 31
     elif kind == "smooth_noise":
         yy, xx = np.mgrid[0:height, 0:width]
         base = (np.sin(yy / 5.0) + np.cos(xx / 7.0) + 2) * top / 4.5

@@ -8,12 +8,13 @@ from l3codec import format as fmt
 
 
 KIND_NAMES = {fmt.KIND_CONSTANT: "constant", fmt.KIND_CODED: "coded", fmt.KIND_CODED_EXTENDED: "coded", fmt.KIND_RAW: "raw",
-              fmt.KIND_PALETTE: "palette", fmt.KIND_PALETTE_MEMBER: "member", fmt.KIND_LZ: "lz"}
+              fmt.KIND_PALETTE: "palette", fmt.KIND_PALETTE_MEMBER: "member", fmt.KIND_LZ: "lz", fmt.KIND_PIXEL_LZ: "pixel_lz"}
 
 
 def plane_streams(data):
     """(stream, plane stream start, end) of each stream that codes a plane: a palette's index
-    plane's stream in place of the palette stream, palette members left out."""
+    plane's stream in place of the palette stream, a pixel LZ stream (which codes every plane of its
+    tile), members left out."""
     parsed = fmt.parse(data)
     info = parsed.info
     buf = np.frombuffer(data, np.uint8)
@@ -33,7 +34,7 @@ def stream_census(data) -> dict:
     parsed = fmt.parse(data)
     info = parsed.info
     buf = np.frombuffer(data, np.uint8)
-    census = {"constant": 0, "coded": 0, "raw": 0, "lz": 0, "palette": 0, "member": 0, "copy_rows": 0,
+    census = {"constant": 0, "coded": 0, "raw": 0, "lz": 0, "pixel_lz": 0, "palette": 0, "member": 0, "copy_rows": 0,
               "index_constant": 0, "index_coded": 0, "index_raw": 0, "index_lz": 0}
     census["member"] = sum(int(buf[start] == fmt.KIND_PALETTE_MEMBER) for start in parsed.stream_starts)
     for stream, start, end in plane_streams(data):

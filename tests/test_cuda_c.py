@@ -335,7 +335,7 @@ def test_every_status_code_is_reachable_in_encoded_files():
             fast_kinds.add(data[start])
         code_bits = fast.code_bits(8, extended)
         bad_kind = bytearray(data)
-        bad_kind[start] = 7
+        bad_kind[start] = 8  # past the last kind (7)
         cases.append((reseal(bytes(bad_kind)), fmt.STATUS_BAD_KIND))
         if mode == "compact":  # fast mode's extended kind
             bad_kind[start] = fmt.KIND_CODED_EXTENDED
@@ -678,11 +678,12 @@ def test_launch_helper_with_a_fake_cupy(monkeypatch):
     monkeypatch.setattr(cuda_c, "_modules", {})
     files = [
         _encode(make_image("smooth_noise", 20, 4100, 4, np.uint16, 1), "fast", 4096, 8),  # > 48 KiB
-        _encode(make_image("labels", 40, 50, 3, np.uint8, 2), "compact", 16),
+        _encode(make_image("smooth_noise", 40, 50, 3, np.uint8, 2), "compact", 16),
         _encode(make_image("gradient", 20, 30, 1, np.uint8, 3), "fast", 16),
     ]
     regions = [(3, 4000, 10, 90), None, (1, 2, 5, 20)]
     batch = l3batch.prepare(files, regions)
+    assert not len(batch.expansions)  # the decode kernels alone (test_lz_expansion_helper_with_a_fake_cupy: with LZ)
     data = _FakeCupy.Array(batch.data)
     starts, ends = _FakeCupy.Array(batch.stream_starts), _FakeCupy.Array(batch.stream_ends)
     out = _FakeCupy.Array(np.zeros(batch.out_size, np.uint8))
@@ -704,26 +705,30 @@ def test_lz_expansion_helper_with_a_fake_cupy(monkeypatch):
 
     monkeypatch.setitem(sys.modules, "cupy", _FakeCupy)
     monkeypatch.setattr(cuda_c, "_modules", {})
-    files = [_encode(make_image("text", 40, 256, 3, np.uint8, 1), "fast", 256, 8),
-             _encode(make_image("text", 32, 128, 1, np.uint16, 1), "compact", 128, 32)]
+    files = [_encode(make_image("text", 40, 256, 1, np.uint8, 1), "fast", 256, 8),
+             _encode(make_image("text", 32, 128, 1, np.uint16, 1), "compact", 128, 32),
+             _encode(make_image("coloured_text", 40, 128, 3, np.uint8, 1), "compact", 64, 32)]
+    assert stream_census(files[2])["pixel_lz"]
     damaged = bytearray(files[0])
     lz_start = max(start for start in fmt.parse(files[0]).stream_starts if files[0][start] == fmt.KIND_LZ)
     damaged[lz_start + 1] = 0x0F  # its first token: no literals, then a match, whose offset reaches before the start
     files.append(reseal(bytes(damaged)))
-    batch = l3batch.prepare(files, [None, (3, 5, 20, 100), None])
-    assert {int(item) for item in batch.expansions["status_index"]} == {0, 1, 2}
+    batch = l3batch.prepare(files, [None, (3, 5, 20, 100), (9, 30, 25, 80), None])
+    assert {int(item) for item in batch.expansions["status_index"]} == {0, 1, 2, 3}
+    assert set(batch.expansions["channels"].tolist()) == {1, 3}
     padded, scratch = emulation.with_scratch(batch)
     data = _FakeCupy.Array(padded)
     starts, ends, expansions = l3batch.expanded_tables(batch, scratch)
     status = _FakeCupy.zeros(len(files), np.int32)
-    cuda_c.launch_expand(data, _FakeCupy.Array(expansions.view(np.int64).reshape(-1, 7)), status)
+    columns = len(l3batch.EXPANSION_DTYPE.names)
+    cuda_c.launch_expand(data, _FakeCupy.Array(expansions.view(np.int64).reshape(-1, columns)), status)
     out = _FakeCupy.Array(np.zeros(batch.out_size, np.uint8))
     for launch in batch.launches:
         launch_status = _FakeCupy.zeros(len(launch.items), np.int32)
         cuda_c.launch(launch, data, _FakeCupy.Array(starts), _FakeCupy.Array(ends), out, launch_status)
         assert launch_status.get().tolist() == [0] * len(launch.items)  # raw streams, whatever they hold
-    assert status.get().tolist() == [0, 0, fmt.STATUS_CORRUPT]
-    for got, data_, region in list(zip(l3batch.split_output(batch, out.get()), files, batch.regions))[:2]:
+    assert status.get().tolist() == [0, 0, 0, fmt.STATUS_CORRUPT]
+    for got, data_, region in list(zip(l3batch.split_output(batch, out.get()), files, batch.regions))[:3]:
         np.testing.assert_array_equal(got, l3codec.decode(data_, region=region))
 
 

@@ -16,6 +16,7 @@ VERSION2 = GOLDEN / "v2"  # and by version 2
 VERSION3 = GOLDEN / "v3"  # and by version 3
 VERSION4 = GOLDEN / "v4"  # and by version 4
 VERSION5 = GOLDEN / "v5"  # and by version 5
+VERSION6 = GOLDEN / "v6"  # and by version 6
 
 
 def _stored_version(data):
@@ -110,7 +111,21 @@ def test_golden_files_hold_lz_streams():
     assert {("compact", 8, False), ("fast", 8, False), ("fast", 16, False), ("compact", 16, True)} <= reached, reached
 
 
-OLDER_FILES = [(version, path) for version, folder in ((2, VERSION2), (3, VERSION3), (4, VERSION4), (5, VERSION5))
+def test_golden_files_hold_pixel_lz_streams():
+    """Version 7's pixel LZ streams with their members: both modes, 8- and 16-bit, 3 and 4 channels."""
+    reached = set()
+    for name in NAMES:
+        data = (GOLDEN / f"{name}.l3").read_bytes()
+        census = stream_census(data)
+        if census["pixel_lz"]:
+            info = l3codec.info(data)
+            assert census["member"] == census["pixel_lz"] * (info.channels - 1) + census["palette"] * (info.channels - 1)
+            reached.add((info.mode, info.bits, info.channels))
+    assert {("compact", 8, 3), ("fast", 16, 4)} <= reached, reached
+
+
+OLDER_FILES = [(version, path) for version, folder in ((2, VERSION2), (3, VERSION3), (4, VERSION4), (5, VERSION5),
+                                                       (6, VERSION6))
                for path in sorted(folder.glob("*.l3"))]
 
 
@@ -118,7 +133,7 @@ OLDER_FILES = [(version, path) for version, folder in ((2, VERSION2), (3, VERSIO
 def test_older_files_still_decode(version, path):
     """Each version gave meaning only to bytes the one before never wrote (version 3: a fast group
     code; 4: the palette stream kinds; 5: the fast stream kind with extended group codes; 6: the LZ
-    stream kind), so files of versions 2 to 5 decode unchanged, on the CPU and through the GPU
+    stream kind; 7: the pixel LZ stream kind), so files of versions 2 to 6 decode unchanged, on the CPU and through the GPU
     batch's host validation."""
     from l3codec import batch
 

@@ -252,19 +252,21 @@ def test_centre_crop_and_normalised_float_images(cityscapes):
 
 @pytest.mark.parametrize("path", list(PATHS))
 def test_pages_of_text_read_through_their_lz_streams(tmp_path, path):
-    """A folder of rendered text (LZ streams, docs/FORMAT.md §5.2) through every path, whole and
-    cropped: the GPU path expands the LZ planes of each batch's tiles before decoding them."""
+    """A folder of rendered text (LZ streams, docs/FORMAT.md §5.2; coloured: pixel LZ streams, §5.3)
+    through every path, whole and cropped: the GPU path expands the LZ planes of each batch's tiles
+    before decoding them (the host path reads them where they lie in the batch's bytes)."""
     pages = {}
     for i in range(4):
-        page = make_image("text", 48, 256, 3 if i % 2 else 1, np.uint8, i)
+        page = make_image("coloured_text", 48, 256, 3, np.uint8, i) if i % 2 else make_image("text", 48, 256, 1, np.uint8, i)
         _write_png(tmp_path / "src" / "page" / f"p{i}.png", page)
         pages[f"p{i}"] = page
     convert("folder", tmp_path / "src", tmp_path / "l3", mode="fast", tile_width=128, workers=0,
             progress=False)
     decode, step = PATHS[path]
     dataset = L3Dataset(tmp_path / "l3", fields=("image",), decode=decode)
-    first = dataset.reader.read(0, "image").tobytes()
-    assert any(first[start] == fmt.KIND_LZ for _, start, _ in plane_streams(first))
+    kinds = {data[start] for data in (dataset.reader.read(i, "image").tobytes() for i in range(4))
+             for _, start, _ in plane_streams(data)}
+    assert {fmt.KIND_LZ, fmt.KIND_PIXEL_LZ} <= kinds
     for crop in (None, RandomCrop((20, 100))):
         loader = Loader(dataset, 2, shuffle=False, crop=crop, device="cpu", decode_step=step, seed=3)
         seen = 0

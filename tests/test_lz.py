@@ -1,5 +1,5 @@
-"""LZ streams (kind 6, docs/FORMAT.md §5.2): LZ4 blocks that lz4 itself reads and writes, the
-encoder's choice, and the GPU batch's expansion tables."""
+"""LZ streams (kind 6, docs/FORMAT.md §5.2) and pixel LZ streams (kind 7, §5.3): LZ4 blocks that lz4
+itself reads and writes, the encoder's choice, and the GPU batch's expansion tables."""
 
 import imagecodecs
 import numpy as np
@@ -69,7 +69,7 @@ def test_a_block_that_makes_other_than_its_bytes_is_corrupt():
 
 
 @pytest.mark.parametrize("mode", ["compact", "fast"])
-@pytest.mark.parametrize("channels, dtype", [(1, np.uint8), (3, np.uint8), (1, np.uint16), (4, np.uint16)])
+@pytest.mark.parametrize("channels, dtype", [(1, np.uint8), (1, np.uint16)])
 def test_text_takes_lz_streams_each_smaller_than_its_coded_stream(mode, channels, dtype):
     image = make_image("text", 40, 256, channels, dtype, 1)
     data = l3codec.encode(image, mode=mode, tile_width=256, tile_height=32 if mode == "compact" else 16)
@@ -92,12 +92,48 @@ def test_text_takes_lz_streams_each_smaller_than_its_coded_stream(mode, channels
         assert end - start < encode(np.ascontiguousarray(plane), info.bits, out, 0)
 
 
+def _coded_planes(image, data, mode):
+    """The size of each tile's planes coded by the mode's own coder (the pixel LZ stream's rival)."""
+    info = fmt.parse(data).info
+    planes = np.empty((info.channels, info.height, info.width), info.dtype)
+    cpu.image_to_planes(image, planes, fmt.TRANSFORMS[info.transform], info.bits)
+    encode = _encoders.encode_compact_stream if mode == "compact" else _encoders.encode_fast_stream
+    out = np.zeros(1 << 20, np.uint8)
+    sizes = np.zeros(info.tiles_x * info.tiles_y, np.int64)
+    for tile in range(sizes.size):
+        ty, tx = divmod(tile, info.tiles_x)
+        for plane in planes[:, ty * info.tile_height:(ty + 1) * info.tile_height,
+                            tx * info.tile_width:(tx + 1) * info.tile_width]:
+            sizes[tile] += encode(np.ascontiguousarray(plane), info.bits, out, 0)
+    return sizes
+
+
+@pytest.mark.parametrize("mode", ["compact", "fast"])
+@pytest.mark.parametrize("channels, dtype", [(3, np.uint8), (4, np.uint16)])
+def test_coloured_text_takes_pixel_lz_streams_smaller_than_its_planes(mode, channels, dtype):
+    """Text in several colours: the tile's pixels as one block (kind 7) and members, smaller together
+    than the tile's planes coded one by one; crops decode through it."""
+    image = make_image("coloured_text", 40, 256, channels, dtype, 1)
+    data = l3codec.encode(image, mode=mode, tile_width=128, tile_height=32 if mode == "compact" else 16)
+    np.testing.assert_array_equal(l3codec.decode(data), image)
+    np.testing.assert_array_equal(l3codec.decode(data, region=(3, 50, 30, 100)), image[3:33, 50:150])
+    parsed = fmt.parse(data)
+    starts, ends = parsed.stream_starts, parsed.stream_ends
+    pixel_tiles = [stream // channels for stream in range(0, starts.size, channels) if data[starts[stream]] == fmt.KIND_PIXEL_LZ]
+    assert pixel_tiles, "no pixel LZ stream in a page of coloured glyphs"
+    coded = _coded_planes(image, data, mode)
+    for tile in pixel_tiles:
+        streams = range(tile * channels, (tile + 1) * channels)
+        assert [data[starts[s]] for s in streams[1:]] == [fmt.KIND_PALETTE_MEMBER] * (channels - 1)
+        assert sum(int(ends[s] - starts[s]) for s in streams) < coded[tile]
+
+
 def test_photographs_pay_no_match_search():
     """lz_may_pay turns photographs away before the search (their streams would not shrink)."""
     image = make_image("smooth_noise", 64, 256, 3, np.uint8, 2)
     for mode in ("compact", "fast"):
         data = l3codec.encode(image, mode=mode)
-        assert not [s for s, start, _ in plane_streams(data) if data[start] == fmt.KIND_LZ]
+        assert not [s for s, start, _ in plane_streams(data) if data[start] in (fmt.KIND_LZ, fmt.KIND_PIXEL_LZ)]
     histogram = np.empty(1 << lz.HASH_BITS, np.int32)
     assert not _encoders.lz_may_pay(image[:, :, 1], histogram)
     assert _encoders.lz_may_pay(make_image("text", 64, 256, 1, np.uint8, 2), histogram)

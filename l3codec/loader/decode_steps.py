@@ -29,12 +29,11 @@ def host_decode_step(staged, buffer: torch.Tensor, out: torch.Tensor, status: to
     """A decode step on the host with the CPU decoder, honouring the launch tables' output layout:
     for running the GPU path's logic where there is no GPU (and as a reference in tests)."""
     flat, packed = out.numpy(), staged.packed
-    data, starts, ends, _, expansions = batching.packed_views(packed, staged.batch.launches, buffer.numpy())
+    data, starts, ends, _, _ = batching.packed_views(packed, staged.batch.launches, buffer.numpy())
     # the CPU decoder reads LZ streams itself: each expanded stream where it lies in the batch's bytes
     starts, ends = starts.copy(), ends.copy()
-    column = batching.EXPANSION_DTYPE.names.index
-    starts[staged.batch.expanded_streams] = expansions[:, column("prefix_start")]
-    ends[staged.batch.expanded_streams] = expansions[:, column("source_end")]
+    starts[staged.batch.expanded_streams] = staged.batch.unexpanded_starts
+    ends[staged.batch.expanded_streams] = staged.batch.unexpanded_ends
     order = gpu.status_order(staged.batch)
     position = {int(item): entry for entry, item in enumerate(order)}
     for launch in staged.batch.launches:
