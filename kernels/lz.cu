@@ -5,8 +5,8 @@
 // stream's block, whose output interleaves the tile's channels, expands after its planes and is then
 // dealt out into a raw stream per channel. The stream tables already point there (a pixel LZ tile's
 // members too), so the decode kernels read raw streams. A block that does not make exactly the
-// tile's bytes reports STATUS_CORRUPT for its item, as l3codec/lz.py's expand_lz does, and so does a
-// bad member the host found (member_status).
+// tile's bytes reports STATUS_CORRUPT for its item, as l3codec/lz.py's expand_lz does; a bad member
+// the host found reports its own status (member_status: BAD_KIND or BAD_SIZE).
 //
 // Every lane reads the same token and length bytes (branches stay warp-uniform); the lanes copy a
 // sequence's literals and its match 32 bytes at a time. A match may overlap its own output: its

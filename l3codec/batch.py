@@ -394,7 +394,9 @@ def _lz_expansions(plans, data, stream_base, stream_starts, stream_ends) -> Expa
         for member in range(info.channels - 1, 0, -1):  # the first bad member's status stays
             at = tile_streams + member
             sizes = stream_ends[at] - stream_starts[at]
-            member_status = np.where(data[stream_starts[at]] != fmt.KIND_PALETTE_MEMBER, fmt.STATUS_BAD_KIND,
+            member_kinds = np.full(at.size, -1, np.int64)  # (a tile's streams are never empty: parse checks)
+            member_kinds[sizes > 0] = data[stream_starts[at][sizes > 0]]
+            member_status = np.where(member_kinds != fmt.KIND_PALETTE_MEMBER, fmt.STATUS_BAD_KIND,
                                      np.where(sizes != 1, fmt.STATUS_BAD_SIZE, member_status))
         record["member_status"][pixels[lz]] = member_status
         records.append(record)
