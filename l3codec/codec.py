@@ -44,6 +44,8 @@ def encode(
     mode: "compact" (smallest, wavefront GPU decode) or "fast" (row-parallel).
     transform: "subtract-green", "rg-mean" or "none"; default for 3-4 channels: the mode's
     format.DEFAULT_COLOUR_TRANSFORM.
+    tile_height: fast mode's default is format.DEFAULT_TILE_HEIGHT (64), or FLAT_TILE_HEIGHT where
+    that makes a smaller file of flat colour content (see below).
     """
     from . import cpu
 
@@ -53,9 +55,8 @@ def encode(
         raise L3Error(f"mode must be one of {sorted(fmt.MODES)}, not {mode!r}")
     mode_id = fmt.MODES[mode]
     tile_width = fmt.DEFAULT_TILE_WIDTH[mode_id] if tile_width is None else integer(tile_width, "tile_width")
-    tile_height = (
-        fmt.DEFAULT_TILE_HEIGHT[mode_id] if tile_height is None else integer(tile_height, "tile_height")
-    )
+    chosen_height = tile_height is not None
+    tile_height = fmt.DEFAULT_TILE_HEIGHT[mode_id] if tile_height is None else integer(tile_height, "tile_height")
     fmt.check_geometry(width, height, channels, bits, mode_id, tile_width, tile_height)
     if transform is None:
         transform = fmt.TRANSFORM_NAMES[fmt.DEFAULT_COLOUR_TRANSFORM[mode_id]] if channels >= 3 else "none"
@@ -71,27 +72,46 @@ def encode(
     else:
         planes = np.empty((channels, height, width), image.dtype)
         cpu.image_to_planes(fmt.readonly(image), planes, transform_id, bits)
+    planes = fmt.readonly(planes)
+    header = dict(width=width, height=height, channels=channels, bits=bits, mode=mode_id, transform=transform_id,
+                  tile_width=tile_width)
+    data, flat_share = _encode_planes(planes, header, tile_height)
+    # Fast mode, flat colour content (palette and LZ streams): taller tiles hold more of the glyphs and
+    # widgets a tile's LZ block can copy and spread a palette's table over more pixels (generated
+    # flat graphics 0.66 -> 0.57x their PNG files, coloured text 0.82 -> 0.70); label maps and
+    # photographs gain nothing, and a crop then decodes whole 128-row tiles. Kept only where smaller.
+    if (mode_id == fmt.MODE_FAST and not chosen_height and channels > 1 and flat_share >= FLAT_SHARE
+            and height > tile_height):
+        taller, _ = _encode_planes(planes, header, FLAT_TILE_HEIGHT)
+        if len(taller) < len(data):
+            return taller
+    return data
+
+
+FLAT_TILE_HEIGHT = 128  # fast mode's tile height for flat colour content (encode)
+FLAT_SHARE = 0.1  # ... tried where palette, member and LZ streams hold this share of the payload
+
+
+def _encode_planes(planes, header: dict, tile_height: int) -> tuple:
+    """(the file, the share of its payload in palette, member and LZ streams) of planes in tiles of
+    header's width and tile_height."""
+    from . import cpu
+
+    channels, height, width = planes.shape
+    tile_width, bits = header["tile_width"], header["bits"]
     tiles_x, tiles_y = fmt.tile_grid(width, height, tile_width, tile_height)
     stream_count = tiles_x * tiles_y * channels
     slot_bytes = cpu.stream_slot_bytes(tile_width, tile_height, bits)
     scratch = np.empty(stream_count * slot_bytes, np.uint8)
     sizes = np.zeros(stream_count, np.int64)
-    cpu.encode_streams(fmt.readonly(planes), mode_id, tile_width, tile_height, bits, scratch, slot_bytes, sizes)
+    cpu.encode_streams(planes, header["mode"], tile_width, tile_height, bits, scratch, slot_bytes, sizes)
     ends = np.cumsum(sizes)
     payload = np.empty(int(ends[-1]), np.uint8)
     cpu.gather_streams(scratch, slot_bytes, sizes, payload)
-    return fmt.pack(
-        width=width,
-        height=height,
-        channels=channels,
-        bits=bits,
-        mode=mode_id,
-        transform=transform_id,
-        tile_width=tile_width,
-        tile_height=tile_height,
-        stream_ends=ends,
-        payload=payload,
-    )
+    kinds = scratch[np.arange(stream_count) * slot_bytes]
+    flat = np.isin(kinds, (fmt.KIND_PALETTE, fmt.KIND_PALETTE_MEMBER, fmt.KIND_LZ, fmt.KIND_PIXEL_LZ))
+    data = fmt.pack(**header, tile_height=tile_height, stream_ends=ends, payload=payload)
+    return data, float(sizes[flat].sum()) / float(ends[-1])
 
 
 def info(data, /) -> fmt.Info:

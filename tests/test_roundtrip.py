@@ -236,6 +236,23 @@ def test_fast_code_tables_name_each_form_once(bits):
         (fast.FORM_RICE, k) for k in range(fast.max_rice_k(bits) + 1)]
 
 
+def test_fast_mode_takes_taller_tiles_for_flat_colour_content_where_smaller():
+    """codec.encode's fast default: 128-row tiles where a file of flat colour content (palette and LZ
+    streams) is smaller so; 64 rows for photographs, one-channel images and an explicit tile_height."""
+    from l3codec import codec
+
+    screen = make_image("coloured_text", 300, 256, 3, np.uint8, 4)
+    data = l3codec.encode(screen, mode="fast")
+    assert l3codec.info(data).tile_height == codec.FLAT_TILE_HEIGHT
+    assert len(data) < len(l3codec.encode(screen, mode="fast", tile_height=64))
+    np.testing.assert_array_equal(l3codec.decode(data), screen)
+    np.testing.assert_array_equal(l3codec.decode(data, region=(100, 30, 50, 60)), screen[100:150, 30:90])
+    for image in (make_image("smooth_noise", 300, 256, 3, np.uint8, 4), screen[:, :, 0]):
+        assert l3codec.info(l3codec.encode(image, mode="fast")).tile_height == 64
+    assert l3codec.info(l3codec.encode(screen, mode="fast", tile_height=64)).tile_height == 64
+    assert l3codec.info(l3codec.encode(screen, mode="compact")).tile_height == 32
+
+
 def test_region_decodes_only_intersecting_tiles():
     """A corrupt stream outside the region must not matter to a region decode."""
     image = make_image("smooth_noise", 64, 64, 1, np.uint8, seed=1)
