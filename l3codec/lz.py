@@ -30,7 +30,7 @@ MATCH_START_LIMIT = 12  # the last 5 bytes are literals, the last match starts 1
 HASH_BITS = 12
 HASH_BYTES = 4
 CHAIN_DEPTH = 64  # earlier positions of the same hash tried per position
-NICE_LENGTH = 64  # ... until one matches this far (a label map's runs: 64 long candidates to compare)
+NICE_LENGTH = 256  # ... until one matches this far (rendered text: a longer one is often further down the chain)
 SAMPLE_STEP = 4  # lz_may_pay's histogram takes every 4th sample
 DOMINANT_SHARE = 4  # ... and looks for a value in a quarter of them
 INSIDE_MATCH = 16  # positions at each end of a match that join the chains
@@ -209,13 +209,16 @@ def longest_match(raw, size, i, head, chain):
     depth = 0
     most = size - LAST_LITERALS - i
     while candidate >= 0 and i - candidate <= MAX_OFFSET and depth < CHAIN_DEPTH:
-        length = 0
-        while length < most and raw[candidate + length] == raw[i + length]:
-            length += 1
-        if length > longest:
-            longest, offset = length, i - candidate
-            if length == most or length >= NICE_LENGTH:
-                break
+        # a candidate whose byte at the longest length so far differs cannot be longer: one compare
+        # turns most of a chain away (the longest is below most here: the search stops at most)
+        if raw[candidate + longest] == raw[i + longest]:
+            length = 0
+            while length < most and raw[candidate + length] == raw[i + length]:
+                length += 1
+            if length > longest:
+                longest, offset = length, i - candidate
+                if length == most or length >= NICE_LENGTH:
+                    break
         candidate = chain[candidate]
         depth += 1
     return longest, offset
