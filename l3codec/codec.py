@@ -44,7 +44,7 @@ def encode(
     mode: "compact" (smallest, wavefront GPU decode) or "fast" (row-parallel).
     transform: "subtract-green", "rg-mean" or "none"; default for 3-4 channels: the mode's
     format.DEFAULT_COLOUR_TRANSFORM.
-    tile_height: fast mode's default is format.DEFAULT_TILE_HEIGHT (64), or FLAT_TILE_HEIGHT where
+    tile_height: fast mode's default is format.DEFAULT_TILE_HEIGHT (64), or format.FLAT_TILE_HEIGHT where
     that makes a smaller file of flat colour content (see below).
     """
     from . import cpu
@@ -82,14 +82,13 @@ def encode(
     # photographs gain nothing, and a crop then decodes whole 128-row tiles. Kept only where smaller.
     if (mode_id == fmt.MODE_FAST and not chosen_height and channels > 1 and flat_share >= FLAT_SHARE
             and height > tile_height):
-        taller, _ = _encode_planes(planes, header, FLAT_TILE_HEIGHT)
+        taller, _ = _encode_planes(planes, header, fmt.FLAT_TILE_HEIGHT)
         if len(taller) < len(data):
             return taller
     return data
 
 
-FLAT_TILE_HEIGHT = 128  # fast mode's tile height for flat colour content (encode)
-FLAT_SHARE = 0.1  # ... tried where palette, member and LZ streams hold this share of the payload
+FLAT_SHARE = 0.1  # fmt.FLAT_TILE_HEIGHT is tried where palette, member and LZ streams hold this share of the payload
 
 
 def _encode_planes(planes, header: dict, tile_height: int) -> tuple:

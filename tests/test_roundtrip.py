@@ -239,11 +239,9 @@ def test_fast_code_tables_name_each_form_once(bits):
 def test_fast_mode_takes_taller_tiles_for_flat_colour_content_where_smaller():
     """codec.encode's fast default: 128-row tiles where a file of flat colour content (palette and LZ
     streams) is smaller so; 64 rows for photographs, one-channel images and an explicit tile_height."""
-    from l3codec import codec
-
     screen = make_image("coloured_text", 300, 256, 3, np.uint8, 4)
     data = l3codec.encode(screen, mode="fast")
-    assert l3codec.info(data).tile_height == codec.FLAT_TILE_HEIGHT
+    assert l3codec.info(data).tile_height == fmt.FLAT_TILE_HEIGHT
     assert len(data) < len(l3codec.encode(screen, mode="fast", tile_height=64))
     np.testing.assert_array_equal(l3codec.decode(data), screen)
     np.testing.assert_array_equal(l3codec.decode(data, region=(100, 30, 50, 60)), screen[100:150, 30:90])
