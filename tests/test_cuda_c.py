@@ -117,6 +117,16 @@ def test_every_colour_transform(mode):
     _assert_matches_cpu(files, orders=("shuffled",))
 
 
+def test_flat_colour_content_in_the_encoders_tall_fast_tiles():
+    """The fast encoder's 256-row tiles for flat colour content (pixel LZ streams, palettes), whole
+    and cropped, as the CPU decodes them."""
+    files = [l3codec.encode(make_image("coloured_text", 280, 256, 3, np.uint8, 6), mode="fast"),
+             l3codec.encode(make_image("flat_graphics", 270, 200, 4, np.uint8, 7), mode="fast")]
+    assert [l3codec.info(data).tile_height for data in files] == [fmt.FLAT_TILE_HEIGHT] * 2
+    assert stream_census(files[0])["pixel_lz"] and stream_census(files[1])["palette"]
+    _assert_matches_cpu(files, [None, (100, 30, 150, 120)], orders=("shuffled",))
+
+
 def test_wide_tiles_are_written_in_strips_and_bands():
     """Compact tiles wider than 128 columns go through the staging ring in strips; fast tiles whose rows
     outgrow the staging budget are written in bands of rows."""
