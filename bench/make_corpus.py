@@ -1,10 +1,11 @@
 """Generated benchmark images that anyone can rebuild: flat graphics and label maps.
 
-    python bench/make_corpus.py /tmp/l3-corpus        # writes flat/, screens/ and labels/ under it
+    python bench/make_corpus.py /tmp/l3-corpus        # writes flat/, screens/, documents/ and labels/
 
 flat/: rendered user interfaces (windows, buttons, text), bar and line charts, box-and-arrow
 diagrams and pages of text, 8-bit RGB, antialiased as screenshots are. screens/: text in several
-colours (a code editor's syntax colours, a chat's coloured names). labels/: region maps as
+colours (a code editor's syntax colours, a chat's coloured names). documents/: pages of text in
+8-bit grey, as rendered documents are stored. labels/: region maps as
 segmentation datasets store them: 8-bit class ids (a few dozen classes, smooth boundaries) and
 16-bit instance ids (class * 1000 + instance). Files are written by Pillow with its default PNG
 settings, as a user's files would be; the same seed gives the same files.
@@ -96,13 +97,13 @@ def diagram(rng, size=(1400, 900)) -> Image.Image:
     return image
 
 
-def text_page(rng, size=(1000, 1300)) -> Image.Image:
+def text_page(rng, size=(1000, 1300), mode="RGB") -> Image.Image:
     image = Image.new("L", size, 255)
     draw = ImageDraw.Draw(image)
     draw.text((70, 60), words(rng, 5), fill=0, font=font(28))
     for line in range(52):
         draw.text((70, 120 + 22 * line), words(rng, 11), fill=20, font=font(15))
-    return image.convert("RGB")
+    return image.convert(mode)
 
 
 def code_editor(rng, size=(1280, 800)) -> Image.Image:
@@ -149,8 +150,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     rng = np.random.default_rng(args.seed)
-    flat, screens, labels = args.out / "flat", args.out / "screens", args.out / "labels"
-    for folder in (flat, screens, labels):
+    flat, screens, documents, labels = (args.out / name for name in ("flat", "screens", "documents", "labels"))
+    for folder in (flat, screens, documents, labels):
         folder.mkdir(parents=True, exist_ok=True)
     for n in range(3):
         user_interface(rng).save(flat / f"ui_{n}.png")
@@ -165,8 +166,10 @@ def main() -> None:
     for n in range(3):  # after the others: their files stay as they were
         code_editor(rng).save(screens / f"editor_{n}.png")
         chat(rng).save(screens / f"chat_{n}.png")
-    print(f"wrote {len(list(flat.iterdir()))} flat graphics, {len(list(screens.iterdir()))} screens of coloured text "
-          f"and {len(list(labels.iterdir()))} label maps under {args.out}")
+    for n in range(3):
+        text_page(rng, mode="L").save(documents / f"page_{n}.png")
+    print(f"wrote {len(list(flat.iterdir()))} flat graphics, {len(list(screens.iterdir()))} screens of coloured text, "
+          f"{len(list(documents.iterdir()))} grey documents and {len(list(labels.iterdir()))} label maps under {args.out}")
 
 
 if __name__ == "__main__":

@@ -41,7 +41,8 @@ def encode(
 ) -> bytes:
     """Encode an HW or HWC uint8/uint16 array (1-4 channels) as an L3 image.
 
-    mode: "compact" (smallest, wavefront GPU decode) or "fast" (row-parallel).
+    mode: "compact" (wavefront GPU decode; the smallest files of photographs and label maps) or "fast"
+    (row-parallel; the smaller files of rendered graphics and text).
     transform: "subtract-green", "rg-mean" or "none"; default for 3-4 channels: the mode's
     format.DEFAULT_COLOUR_TRANSFORM.
     tile_height: fast mode's default is format.DEFAULT_TILE_HEIGHT (64), or format.FLAT_TILE_HEIGHT where
@@ -75,25 +76,31 @@ def encode(
     planes = fmt.readonly(planes)
     header = dict(width=width, height=height, channels=channels, bits=bits, mode=mode_id, transform=transform_id,
                   tile_width=tile_width)
-    data, flat_share = _encode_planes(planes, header, tile_height)
-    # Fast mode, flat colour content (palette and LZ streams): taller tiles hold more of the glyphs and
-    # widgets a tile's LZ block can copy and spread a palette's table over more pixels (generated
-    # flat graphics 0.65 -> 0.50x their PNG files, coloured text 0.80 -> 0.61; 128 rows: 0.55, 0.67);
-    # label maps and photographs gain nothing, and a crop then decodes whole 256-row tiles. Kept only
-    # where smaller.
-    if (mode_id == fmt.MODE_FAST and not chosen_height and channels > 1 and flat_share >= FLAT_SHARE
-            and height > tile_height):
-        taller, _ = _encode_planes(planes, header, fmt.FLAT_TILE_HEIGHT)
-        if len(taller) < len(data):
-            return taller
+    data, kind_bytes = _encode_planes(planes, header, tile_height)
+    # Fast mode, flat content: taller tiles hold more of the glyphs and widgets a tile's LZ block can
+    # copy and spread a palette's table over more pixels (generated flat graphics 0.65 -> 0.50x their
+    # PNG files, coloured text 0.80 -> 0.61, grey pages of text 1.88 -> 1.35; 128 rows: 0.55, 0.67);
+    # photographs and label maps gain nothing (those of the corpus lose 1-5%: one-channel images need
+    # mostly LZ streams), and a crop then decodes whole 256-row tiles. Kept only where smaller.
+    if mode_id == fmt.MODE_FAST and not chosen_height and height > tile_height:
+        payload = kind_bytes.sum()
+        lz = kind_bytes[fmt.KIND_LZ] + kind_bytes[fmt.KIND_PIXEL_LZ]
+        flat = lz + kind_bytes[fmt.KIND_PALETTE] + kind_bytes[fmt.KIND_PALETTE_MEMBER]
+        if (flat >= FLAT_SHARE * payload) if channels > 1 else (lz >= FLAT_LZ_SHARE * payload):
+            taller, _ = _encode_planes(planes, header, fmt.FLAT_TILE_HEIGHT)
+            if len(taller) < len(data):
+                return taller
     return data
 
 
-FLAT_SHARE = 0.1  # fmt.FLAT_TILE_HEIGHT is tried where palette, member and LZ streams hold this share of the payload
+# fmt.FLAT_TILE_HEIGHT is tried where palette, member and LZ streams hold this share of the payload, or
+# for one channel, LZ streams this share (a label map's palettes gain nothing from taller tiles)
+FLAT_SHARE = 0.1
+FLAT_LZ_SHARE = 0.5
 
 
 def _encode_planes(planes, header: dict, tile_height: int) -> tuple:
-    """(the file, the share of its payload in palette, member and LZ streams) of planes in tiles of
+    """(the file, its payload bytes by stream kind: an array indexed by kind) of planes in tiles of
     header's width and tile_height."""
     from . import cpu
 
@@ -109,9 +116,8 @@ def _encode_planes(planes, header: dict, tile_height: int) -> tuple:
     payload = np.empty(int(ends[-1]), np.uint8)
     cpu.gather_streams(scratch, slot_bytes, sizes, payload)
     kinds = scratch[np.arange(stream_count) * slot_bytes]
-    flat = np.isin(kinds, (fmt.KIND_PALETTE, fmt.KIND_PALETTE_MEMBER, fmt.KIND_LZ, fmt.KIND_PIXEL_LZ))
     data = fmt.pack(**header, tile_height=tile_height, stream_ends=ends, payload=payload)
-    return data, float(sizes[flat].sum()) / float(ends[-1])
+    return data, np.bincount(kinds, weights=sizes, minlength=256)
 
 
 def info(data, /) -> fmt.Info:

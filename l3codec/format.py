@@ -60,7 +60,7 @@ MAX_TILE_WIDTH = 4096
 FAST_MIN_TILE_HEIGHT = 8
 FAST_MAX_TILE_HEIGHT = 256
 FAST_TILE_HEIGHT_STEP = 8
-FLAT_TILE_HEIGHT = 256  # the encoder's fast tile height for flat colour content, where smaller (codec.encode)
+FLAT_TILE_HEIGHT = 256  # the encoder's fast tile height for flat graphics and text, where smaller (codec.encode)
 
 
 @dataclass(frozen=True)

@@ -236,16 +236,19 @@ def test_fast_code_tables_name_each_form_once(bits):
         (fast.FORM_RICE, k) for k in range(fast.max_rice_k(bits) + 1)]
 
 
-def test_fast_mode_takes_taller_tiles_for_flat_colour_content_where_smaller():
-    """codec.encode's fast default: 128-row tiles where a file of flat colour content (palette and LZ
-    streams) is smaller so; 64 rows for photographs, one-channel images and an explicit tile_height."""
+def test_fast_mode_takes_taller_tiles_for_flat_content_where_smaller():
+    """codec.encode's fast default: taller tiles where a file of flat colour content (palette and LZ
+    streams) or a grey page of text (LZ streams) is smaller so; 64 rows for photographs, label maps
+    and an explicit tile_height."""
     screen = make_image("coloured_text", 300, 256, 3, np.uint8, 4)
     data = l3codec.encode(screen, mode="fast")
     assert l3codec.info(data).tile_height == fmt.FLAT_TILE_HEIGHT
     assert len(data) < len(l3codec.encode(screen, mode="fast", tile_height=64))
     np.testing.assert_array_equal(l3codec.decode(data), screen)
     np.testing.assert_array_equal(l3codec.decode(data, region=(100, 30, 50, 60)), screen[100:150, 30:90])
-    for image in (make_image("smooth_noise", 300, 256, 3, np.uint8, 4), screen[:, :, 0]):
+    page = make_image("text", 300, 256, 1, np.uint8, 4)
+    assert l3codec.info(l3codec.encode(page, mode="fast")).tile_height == fmt.FLAT_TILE_HEIGHT
+    for image in (make_image("smooth_noise", 300, 256, 3, np.uint8, 4), make_image("labels", 300, 256, 1, np.uint8, 4)):
         assert l3codec.info(l3codec.encode(image, mode="fast")).tile_height == 64
     assert l3codec.info(l3codec.encode(screen, mode="fast", tile_height=64)).tile_height == 64
     assert l3codec.info(l3codec.encode(screen, mode="compact")).tile_height == 32
