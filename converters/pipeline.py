@@ -414,6 +414,11 @@ class _Progress:
     def advance(self, images: int, source_bytes: int) -> None:
         self.source_bytes += source_bytes
         if self.bar is not None:
+            if self.bar.n == 0 and images:
+                # the first images end the workers' start, which on an empty cache is most of a minute
+                # of compiling: the bar's rate and time left count from here (from the start they showed
+                # 26 minutes left for the 35-image corpus)
+                self.bar.reset()
             self.bar.update(images)
             seconds = max(time.perf_counter() - self.started, 1e-9)
             self.bar.set_postfix_str(f"{self.source_bytes / 1e6 / seconds:.3g} MB/s", refresh=False)

@@ -203,3 +203,21 @@ def test_a_pool_gets_the_shards_largest_first(tmp_path, monkeypatch):
     assert [reader.key(i) for i in range(len(reader))] == sorted(expected)
     for i in range(len(reader)):
         assert np.array_equal(decoded(reader, i), expected[reader.key(i)][1])
+
+
+def test_the_progress_bar_times_the_conversion_not_the_workers_start():
+    """The bar's clock restarts at the first images: compiling on an empty cache (most of a minute
+    before them) no longer inflates the rate's time left."""
+    import time
+
+    from l3codec.converters.pipeline import _Progress
+
+    progress = _Progress(10, True, None)
+    try:
+        time.sleep(0.3)
+        progress.advance(1, 100)
+        assert progress.bar.n == 1 and progress.bar.format_dict["elapsed"] < 0.3
+        progress.advance(2, 100)
+        assert progress.bar.n == 3
+    finally:
+        progress.close()
