@@ -9,6 +9,10 @@ its block Huffman-coded in two ways, without changing the format:
 - four tables: literals, tokens, offsets' low and high bytes each under their own code (a
   length's extension bytes stay raw).
 
+Written before format version 8, which codes LZ blocks this way (four tables, docs/FORMAT.md §5.4):
+run on version-8 files it sees only the blocks left plain. bench/results/lz-entropy.md holds its
+figures at version 7, the evidence for that step.
+
 A table costs 32 bytes of symbol bitmap and 4 bits per symbol present (code lengths of at most
 15 bits, which these blocks never exceed: the script checks), a block 4 bytes for its size; a
 coded block that is not smaller keeps its plain form. Sizes are against the source files.

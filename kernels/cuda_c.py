@@ -304,9 +304,11 @@ def launch(launch, data, stream_starts, stream_ends, out, status, *, stream=None
 
 
 def expand_grid(count: int) -> tuple:
-    """(grid, block) of l3_expand_lz for `count` expansions: a warp each."""
-    warps = header_constants(KERNEL_DIR / EXPAND_SOURCE)["LZ_WARPS_PER_BLOCK"]
-    return (-(-count // warps),), (32 * warps,)
+    """(grid, block, dynamic shared bytes) of l3_expand_lz for `count` expansions: a warp each, and
+    each warp's codes for a Huffman-coded stream."""
+    constants = header_constants(KERNEL_DIR / EXPAND_SOURCE)
+    warps = constants["LZ_WARPS_PER_BLOCK"]
+    return (-(-count // warps),), (32 * warps,), warps * constants["LZ_SHARED_BYTES_PER_WARP"]
 
 
 def launch_expand(data, expansions, status, *, stream=None):
@@ -318,8 +320,8 @@ def launch_expand(data, expansions, status, *, stream=None):
     context = stream if stream is not None else _NoStream()
     with context:
         kernel = load_module(EXPAND_SOURCE).get_function(EXPAND_KERNEL)
-        grid, block = expand_grid(count)
-        kernel(grid, block, (data, expansions, np.int64(count), status))
+        grid, block, shared = expand_grid(count)
+        kernel(grid, block, (data, expansions, np.int64(count), status), shared_mem=shared)
 
 
 class _NoStream:

@@ -141,9 +141,9 @@ extern "C" int l3emu_launch(int kernel, long long grid, int bx, int by, int bz, 
 
 extern "C" void l3_expand_lz(unsigned char*, const L3Expansion*, long long, int*);
 
-extern "C" int l3emu_expand(long long grid, int threads, int order, unsigned seed, unsigned char* data,
-                            const L3Expansion* expansions, long long count, int* status) {
-    return cuda_emu::launch(dim3((unsigned)grid), dim3(threads, 1, 1), 0, order, seed, [=] {
+extern "C" int l3emu_expand(long long grid, int threads, long long shared_bytes, int order, unsigned seed,
+                            unsigned char* data, const L3Expansion* expansions, long long count, int* status) {
+    return cuda_emu::launch(dim3((unsigned)grid), dim3(threads, 1, 1), (size_t)shared_bytes, order, seed, [=] {
         l3_expand_lz(data, expansions, count, status);
     });
 }
@@ -341,7 +341,7 @@ def kernel_library(build: str = "plain") -> ctypes.CDLL:
             ptr,
         ]
         lib.l3emu_expand.restype = i32
-        lib.l3emu_expand.argtypes = [i64, i32, i32, ctypes.c_uint, ptr, ptr, i64, ptr]
+        lib.l3emu_expand.argtypes = [i64, i32, i64, i32, ctypes.c_uint, ptr, ptr, i64, ptr]
         lib.l3emu_last_error.restype = ctypes.c_char_p
         for function in (lib.l3emu_item_layout, lib.l3emu_task_layout):
             function.restype, function.argtypes = i64, [i32]
@@ -417,8 +417,8 @@ def expand_emulated(data: np.ndarray, expansions: np.ndarray, status: np.ndarray
     if count == 0:
         return
     lib = kernel_library() if lib is None else lib
-    (grid,), (threads,) = cuda_c.expand_grid(count)
-    if lib.l3emu_expand(grid, threads, ORDERS[order], seed, _pointer(data), _pointer(expansions), count,
+    (grid,), (threads,), shared = cuda_c.expand_grid(count)
+    if lib.l3emu_expand(grid, threads, shared, ORDERS[order], seed, _pointer(data), _pointer(expansions), count,
                         _pointer(status)) != 0:
         raise EmulationError(f"{cuda_c.EXPAND_KERNEL}: {lib.l3emu_last_error().decode()}")
 

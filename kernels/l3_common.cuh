@@ -57,6 +57,8 @@ enum : int {  // format.KIND_*
     KIND_CODED_EXTENDED = 5,
     KIND_LZ = 6,
     KIND_PIXEL_LZ = 7,
+    KIND_LZ_CODED = 8,
+    KIND_PIXEL_LZ_CODED = 9,
 };
 enum : int {
     PALETTE_HEADER_BYTES = 2,   // format.PALETTE_HEADER_BYTES: kind, colours - 1
@@ -349,8 +351,9 @@ L3_DEVICE void init_tile_writer(TileWriter& writer, const L3Item& item, unsigned
 // streams.open_stream: where a tile-channel's plane stream begins. colours is PLANE_OWN for kinds 0-2 and 5,
 // a palette's colour count (its table at start + PALETTE_HEADER_BYTES, its index plane's stream at
 // `start` after it), or PLANE_MEMBER for a member (nothing of its own to decode). The kernels never
-// meet a pixel LZ stream (kind 7) in channel 0, nor its members: the host points them at the raw
-// planes its expansion makes (l3codec/batch.py); elsewhere kind 7 is refused like open_stream's.
+// meet an LZ stream (kinds 6-9) in channel 0, nor a pixel LZ tile's members: the host points them at
+// the raw planes its expansion makes (l3codec/batch.py); elsewhere kinds 7 and 9 are refused like
+// open_stream's.
 struct PlaneStream {
     long long start;
     int status;
@@ -361,13 +364,14 @@ L3_DEVICE PlaneStream open_stream(const unsigned char* __restrict__ data, long l
                                   long long end, int channel, long long tile_start, int channels, int sample_bytes) {
     const int kind = (int)load_byte(data, size, start);
     const int tile_kind = (int)load_byte(data, size, tile_start);
-    const bool in_member_tile = channel != 0 && (tile_kind == KIND_PALETTE || tile_kind == KIND_PIXEL_LZ);
+    const bool in_member_tile =
+        channel != 0 && (tile_kind == KIND_PALETTE || tile_kind == KIND_PIXEL_LZ || tile_kind == KIND_PIXEL_LZ_CODED);
     if (kind == KIND_PALETTE_MEMBER) {
         if (!in_member_tile) return {start, STATUS_BAD_KIND, PLANE_MEMBER};
         return {start, end - start == 1 ? (int)STATUS_OK : (int)STATUS_BAD_SIZE, PLANE_MEMBER};
     }
     if (in_member_tile) return {start, STATUS_BAD_KIND, PLANE_OWN};  // such a tile's channels 1.. are members
-    if (kind != KIND_PALETTE) return {start, STATUS_OK, PLANE_OWN};  // kind 7 too: refused as > KIND_RAW
+    if (kind != KIND_PALETTE) return {start, STATUS_OK, PLANE_OWN};  // kinds 6-9 too: refused as > KIND_RAW
     if (channel != 0) return {start, STATUS_BAD_KIND, PLANE_OWN};
     if (end - start < PALETTE_HEADER_BYTES) return {start, STATUS_BAD_SIZE, PLANE_OWN};
     const int colours = (int)load_byte(data, size, start + 1) + 1;

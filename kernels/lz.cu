@@ -1,4 +1,4 @@
-// LZ streams (kinds 6 and 7, docs/FORMAT.md §5.2, §5.3) expanded on the device into raw streams,
+// LZ streams (kinds 6 to 9, docs/FORMAT.md §5.2 to §5.4) expanded on the device into raw streams,
 // before the decode kernels run: a warp per stream (l3codec/batch.py's expansion table). Each writes,
 // at its target in the scratch area after the packed batch, the bytes the stream keeps before its LZ
 // plane (a palette's header and colour table), KIND_RAW, then the LZ4 block's output; a pixel LZ
@@ -9,7 +9,9 @@
 // the host found reports its own status (member_status: BAD_KIND or BAD_SIZE).
 //
 // Every lane reads the same token and length bytes (branches stay warp-uniform); the lanes copy a
-// sequence's literals and its match 32 bytes at a time. A match may overlap its own output: its
+// sequence's literals and its match 32 bytes at a time. A Huffman-coded block (kinds 8 and 9,
+// l3codec/huffman.py): lane 0 reads its code tables into the warp's shared LzCodes, then every lane
+// decodes every symbol (the same bits, so the same branches) and lane i writes literals i, i + 32 ... A match may overlap its own output: its
 // byte j repeats byte j mod offset of the `offset` bytes before it, which are all written before
 // the match starts, so no lane waits on another's byte of the same match.
 #include "l3_common.cuh"
@@ -20,6 +22,27 @@ enum : int {
     LZ_MIN_MATCH = 4,     // lz.MIN_MATCH
     LZ_WARPS_PER_BLOCK = 4,
 };
+enum : int {  // huffman.py
+    LZ_TABLES = 4,
+    LZ_LITERAL_TABLE = 0,
+    LZ_TOKEN_TABLE = 1,
+    LZ_OFFSET_LOW_TABLE = 2,
+    LZ_OFFSET_HIGH_TABLE = 3,
+    LZ_MAX_CODE_BITS = 15,
+    LZ_BITMAP_BYTES = 32,
+    LZ_SYMBOLS = 256,
+    LZ_EXTENSION_BITS = 8,
+};
+
+// a coded block's canonical codes (huffman.read_tables' tables), one per warp in the dynamic shared memory
+struct LzCodes {
+    unsigned short counts[LZ_TABLES][LZ_MAX_CODE_BITS + 1];  // codes of each length
+    unsigned short starts[LZ_MAX_CODE_BITS + 1];             // read_tables' scratch
+    unsigned char symbols[LZ_TABLES][LZ_SYMBOLS];            // symbols in code order
+    long long after_tables;                                  // lane 0's read_tables: the byte after them, or -1
+};
+enum : int { LZ_SHARED_BYTES_PER_WARP = 1192 };  // the launch's dynamic shared memory (kernels/cuda_c.py)
+static_assert(sizeof(LzCodes) == LZ_SHARED_BYTES_PER_WARP, "the host sizes the shared memory by it");
 
 struct LzLength {
     long long length;
@@ -39,32 +62,162 @@ L3_DEVICE LzLength lz_length(const unsigned char* data, long long pos, long long
     return {length, pos};
 }
 
-// lz.expand_lz on a warp: the block data[pos:end] into raw[0:size]; STATUS_OK or STATUS_CORRUPT
-L3_DEVICE int expand_lz_warp(const unsigned char* data, long long pos, long long end, unsigned char* raw,
-                             long long size, int lane) {
-    long long produced = 0;
-    while (pos < end) {
-        const unsigned token = data[pos];
-        const LzLength literal = lz_length(data, pos + 1, end, token >> 4);
-        const long long literals = literal.length;
-        pos = literal.pos;
-        if (pos < 0 || literals > end - pos || literals > size - produced) return STATUS_CORRUPT;
-        for (int i = lane; i < (int)literals; i += 32) raw[produced + i] = data[pos + i];  // int: no spills
-        pos += literals;
-        produced += literals;
-        if (pos == end) return produced == size ? STATUS_OK : STATUS_CORRUPT;
-        if (end - pos < 2) return STATUS_CORRUPT;
-        const unsigned offset = data[pos] | data[pos + 1] << 8;
-        const LzLength copy = lz_length(data, pos + 2, end, token & 15);
-        const long long match = copy.length + LZ_MIN_MATCH;
-        pos = copy.pos;
-        if (pos < 0 || offset == 0 || offset > produced || match > size - produced) return STATUS_CORRUPT;
-        __syncwarp();  // every lane's bytes so far, before any lane reads them
-        unsigned char* const at = raw + produced;
-        for (int j = lane; j < (int)match; j += 32) at[j] = at[(long long)((unsigned)j % offset) - offset];
-        produced += match;
+L3_DEVICE int lz_table_length(const unsigned char* data, long long lengths_at, int n) {
+    return (data[lengths_at + (n >> 1)] >> (4 * (n & 1))) & 15;
+}
+
+// huffman.read_tables (one lane): the byte position after the four tables, or -1 where they are refused
+L3_DEVICE long long lz_read_tables(const unsigned char* data, long long pos, long long end, LzCodes& codes) {
+    for (int table = 0; table < LZ_TABLES; ++table) {
+        if (end - pos < LZ_BITMAP_BYTES) return -1;
+        const long long lengths_at = pos + LZ_BITMAP_BYTES;
+        unsigned short* const counts = codes.counts[table];
+        for (int length = 0; length <= LZ_MAX_CODE_BITS; ++length) counts[length] = 0;
+        int n = 0;
+        for (int byte = 0; byte < LZ_BITMAP_BYTES; ++byte) {
+            for (unsigned present = data[pos + byte]; present != 0; present >>= 1) {
+                if (!(present & 1)) continue;
+                if (lengths_at + (n >> 1) >= end) return -1;
+                const int length = lz_table_length(data, lengths_at, n++);
+                if (length == 0) return -1;
+                ++counts[length];
+            }
+        }
+        int left = 1, start = 0;
+        for (int length = 1; length <= LZ_MAX_CODE_BITS; ++length) {
+            left = (left << 1) - counts[length];
+            if (left < 0) return -1;
+            codes.starts[length] = (unsigned short)start;
+            start += counts[length];
+        }
+        n = 0;
+        for (int byte = 0; byte < LZ_BITMAP_BYTES; ++byte) {
+            int symbol = byte * 8;
+            for (unsigned present = data[pos + byte]; present != 0; present >>= 1, ++symbol) {
+                if (!(present & 1)) continue;
+                const int length = lz_table_length(data, lengths_at, n++);
+                codes.symbols[table][codes.starts[length]++] = (unsigned char)symbol;
+            }
+        }
+        pos = lengths_at + (n + 1) / 2;
     }
-    return STATUS_CORRUPT;  // a block holds at least one sequence
+    return pos;
+}
+
+// 24 bits from bit `bit` on, bytes at or past end read as zero (the CPU reads the file's bytes
+// there; a code that reaches them is refused either way)
+L3_DEVICE unsigned lz_window(const unsigned char* data, long long bit, long long end) {
+    const long long byte = bit >> 3;
+    unsigned window = 0;
+    for (int i = 0; i < 3; ++i)
+        if (byte + i < end) window |= (unsigned)data[byte + i] << (8 * i);
+    return window >> (bit & 7);
+}
+
+struct LzSymbol {
+    int symbol;  // -1: the bits match no code
+    long long bit;
+};
+
+// huffman.decode_symbol
+L3_DEVICE LzSymbol lz_decode_symbol(const unsigned char* data, long long bit, long long end, const LzCodes& codes,
+                                    int table) {
+    const unsigned window = lz_window(data, bit, end);
+    int code = 0, first = 0, index = 0;
+    for (int length = 1; length <= LZ_MAX_CODE_BITS; ++length) {
+        code |= (window >> (length - 1)) & 1;
+        const int count = codes.counts[table][length];
+        if (code - first < count) return {codes.symbols[table][index + code - first], bit + length};
+        index += count;
+        first = (first + count) << 1;
+        code <<= 1;
+    }
+    return {-1, bit + LZ_MAX_CODE_BITS};
+}
+
+// huffman.coded_length: {length, bit after it}, the bit -1 past end_bit
+L3_DEVICE LzLength lz_coded_length(const unsigned char* data, long long bit, long long end, long long length) {
+    if (length == 15) {
+        for (;;) {
+            if (bit + LZ_EXTENSION_BITS > end * 8) return {0, -1};
+            const unsigned byte = lz_window(data, bit, end) & 255;
+            bit += LZ_EXTENSION_BITS;
+            length += byte;
+            if (byte != 255) break;
+        }
+    }
+    return {length, bit};
+}
+
+// lz.expand_lz (codes null) or huffman.expand_coded_lz (codes: the warp's) on a warp: the block
+// data[pos:end] into raw[0:size]; STATUS_OK or STATUS_CORRUPT. One function, so that the match copy
+// and its __syncwarp have one call site; few values live across that call (an output pointer and
+// the bytes left and a 32-bit count, not a start, a 64-bit count and a size): what it saves past
+// 16 registers spills. remaining: the output's size.
+L3_DEVICE int expand_lz_warp(const unsigned char* data, long long pos, long long end, unsigned char* out,
+                             long long remaining, int lane, LzCodes* codes) {
+    long long at = pos;  // the next byte of a plain block, the next bit of a coded one
+    int produced = 0;    // bytes so far (a tile's bytes fit an int)
+    if (codes) {
+        if (lane == 0) codes->after_tables = lz_read_tables(data, pos, end, *codes);
+        __syncwarp();  // the codes, before every lane reads them
+        if (codes->after_tables < 0) return STATUS_CORRUPT;
+        at = codes->after_tables * 8;
+    }
+    for (;;) {
+        int token;
+        if (codes) {
+            const LzSymbol symbol = lz_decode_symbol(data, at, end, *codes, LZ_TOKEN_TABLE);
+            if (symbol.symbol < 0 || symbol.bit > end * 8) return STATUS_CORRUPT;
+            token = symbol.symbol;
+            at = symbol.bit;
+        } else {
+            if (at >= end) return STATUS_CORRUPT;
+            token = data[at++];
+        }
+        const LzLength literal = codes ? lz_coded_length(data, at, end, token >> 4) : lz_length(data, at, end, token >> 4);
+        const long long literals = literal.length;
+        at = literal.pos;
+        if (at < 0 || literals > remaining) return STATUS_CORRUPT;
+        if (codes) {
+            for (int i = 0; i < (int)literals; ++i) {  // int: no spills
+                const LzSymbol value = lz_decode_symbol(data, at, end, *codes, LZ_LITERAL_TABLE);
+                if (value.symbol < 0 || value.bit > end * 8) return STATUS_CORRUPT;
+                if ((i & 31) == lane) out[i] = (unsigned char)value.symbol;
+                at = value.bit;
+            }
+        } else {
+            if (literals > end - at) return STATUS_CORRUPT;
+            for (int i = lane; i < (int)literals; i += 32) out[i] = data[at + i];  // int: no spills
+            at += literals;
+        }
+        out += literals;
+        remaining -= literals;
+        produced += (int)literals;
+        if (codes && remaining == 0) return (token & 15) == 0 && (at + 7) / 8 == end ? STATUS_OK : STATUS_CORRUPT;
+        if (!codes && at == end) return remaining == 0 ? STATUS_OK : STATUS_CORRUPT;
+        unsigned offset;
+        if (codes) {
+            const LzSymbol low = lz_decode_symbol(data, at, end, *codes, LZ_OFFSET_LOW_TABLE);
+            const LzSymbol high = lz_decode_symbol(data, low.bit, end, *codes, LZ_OFFSET_HIGH_TABLE);
+            if (low.symbol < 0 || high.symbol < 0 || high.bit > end * 8) return STATUS_CORRUPT;
+            offset = (unsigned)low.symbol | (unsigned)high.symbol << 8;
+            at = high.bit;
+        } else {
+            if (end - at < 2) return STATUS_CORRUPT;
+            offset = data[at] | data[at + 1] << 8;
+            at += 2;
+        }
+        const LzLength copy = codes ? lz_coded_length(data, at, end, token & 15) : lz_length(data, at, end, token & 15);
+        const long long match = copy.length + LZ_MIN_MATCH;
+        at = copy.pos;
+        if (at < 0 || offset == 0 || (int)offset > produced || match > remaining) return STATUS_CORRUPT;
+        __syncwarp();  // every lane's bytes so far, before any lane reads them
+        for (int j = lane; j < (int)match; j += 32) out[j] = out[(long long)((unsigned)j % offset) - offset];
+        out += match;
+        remaining -= match;
+        produced += (int)match;
+    }
 }
 
 }  // namespace l3
@@ -84,9 +237,12 @@ extern "C" __global__ void __launch_bounds__(32 * l3::LZ_WARPS_PER_BLOCK)
     // expand_lz_warp inlined (a second one made it a call, whose saved registers spilled).
     const int channels = (int)e.channels;
     unsigned char* const pixels = target + channels * span;  // a pixel LZ block's interleaved output
-    const int code = l3::expand_lz_warp(data, e.source + 1, e.source_end,
-                                        channels == 1 ? target + e.prefix_bytes + 1 : pixels, channels * e.plane_bytes,
-                                        lane);
+    l3::LzCodes* const codes = reinterpret_cast<l3::LzCodes*>(l3_dynamic_shared());
+    unsigned char* const out = channels == 1 ? target + e.prefix_bytes + 1 : pixels;
+    const int kind = data[e.source];  // the host listed kinds 6 to 9 only
+    const bool coded = kind == l3::KIND_LZ_CODED || kind == l3::KIND_PIXEL_LZ_CODED;
+    const int code = l3::expand_lz_warp(data, e.source + 1, e.source_end, out, channels * e.plane_bytes, lane,
+                                        coded ? codes + threadIdx.x / 32 : nullptr);
     if (channels > 1 && code == l3::STATUS_OK) {  // warp-uniform
         __syncwarp();  // the whole output, before lanes deal out each other's bytes
         // lz.pixel_offset: byte i is byte i % sample_bytes of channel (i / sample_bytes) % channels's

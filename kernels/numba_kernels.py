@@ -34,14 +34,15 @@ import numpy as np
 from numba import config, cuda
 
 import l3codec
-from l3codec import batch, bitio, colour, compact, fast, lz, streams
+from l3codec import batch, bitio, colour, compact, fast, huffman, lz, streams
 from l3codec import format as fmt
 from l3codec.jit import compile_device_functions
 
 from . import cuda_c
 
-_dev = compile_device_functions([bitio, colour, lz, streams, compact, fast], cuda.jit(device=True, inline="always"))
-expand_lz = _dev.expand_lz
+_dev = compile_device_functions([bitio, colour, huffman, lz, streams, compact, fast], cuda.jit(device=True, inline="always"))
+expand_lz_stream = _dev.expand_lz_stream
+LZ_TABLES, LZ_TABLE_SIZE = huffman.TABLES, huffman.TABLE_SIZE
 pixel_offset = _dev.pixel_offset
 read_bits = _dev.read_bits
 inverse_colour = _dev.inverse_colour
@@ -690,19 +691,19 @@ def expand_streams(data, expansions, status):
         data[target + i] = data[expansions[index, X_PREFIX_START] + i]
     for channel in range(channels):
         data[target + channel * span + prefix] = KIND_RAW
-    source, source_end = expansions[index, X_SOURCE] + 1, expansions[index, X_SOURCE_END]
-    if channels == 1:
-        code = expand_lz(data, source, source_end, data, target + prefix + 1, plane_bytes)
-    else:
-        pixels = target + channels * span
-        code = expand_lz(data, source, source_end, data, pixels, channels * plane_bytes)
-        if code == STATUS_OK:
-            sample_bytes = expansions[index, X_SAMPLE_BYTES]
-            for pixel in range(plane_bytes // sample_bytes):
-                for channel in range(channels):
-                    at = pixels + pixel_offset(pixel, channel, channels, sample_bytes)
-                    for byte in range(sample_bytes):
-                        data[target + channel * span + 1 + pixel * sample_bytes + byte] = data[at + byte]
+    source, source_end = expansions[index, X_SOURCE], expansions[index, X_SOURCE_END]
+    tables = cuda.local.array((LZ_TABLES, LZ_TABLE_SIZE), dtype=np.int32)  # a coded stream's codes
+    pixels = target + channels * span  # a pixel LZ block's interleaved output
+    # one call site: each inlines the plain and the coded expansion
+    code = expand_lz_stream(data, source, source_end, tables, data, target + prefix + 1 if channels == 1 else pixels,
+                            channels * plane_bytes)
+    if channels > 1 and code == STATUS_OK:
+        sample_bytes = expansions[index, X_SAMPLE_BYTES]
+        for pixel in range(plane_bytes // sample_bytes):
+            for channel in range(channels):
+                at = pixels + pixel_offset(pixel, channel, channels, sample_bytes)
+                for byte in range(sample_bytes):
+                    data[target + channel * span + 1 + pixel * sample_bytes + byte] = data[at + byte]
     report(status, expansions[index, X_STATUS_INDEX], code)
     report(status, expansions[index, X_STATUS_INDEX], expansions[index, X_MEMBER_STATUS])
 

@@ -54,11 +54,11 @@ assert TASK_DTYPE.itemsize == 3 * 8
 # One record per LZ stream to expand (a warp each): its LZ stream (from its kind byte) at
 # [source, source_end), the prefix_bytes before it at prefix_start that the stream keeps (a palette's
 # header and colour table: an LZ index plane), and where the raw streams go, from target: for each
-# of `channels` planes (1 for kind 6; a pixel LZ stream's tile's channels, kind 7) the prefix,
+# of `channels` planes (1 for kind 6 or 8; a pixel LZ stream's tile's channels, kind 7 or 9) the prefix,
 # KIND_RAW, then the plane's plane_bytes, each plane plane_span(record) bytes after the last; for
 # more than one, the block's interleaved output after them (samples of sample_bytes). status_index:
 # the entry of the status array its item reports in; member_status: a status the host found in the
-# tile's members (kind 7: STATUS_BAD_KIND or STATUS_BAD_SIZE, as streams.open_stream), which the
+# tile's members (kind 7 or 9: STATUS_BAD_KIND or STATUS_BAD_SIZE, as streams.open_stream), which the
 # expansion reports too.
 EXPANSION_DTYPE = np.dtype(
     [
@@ -342,9 +342,13 @@ class Expansions:
     unexpanded_ends: np.ndarray
 
 
+_LZ_KINDS = (fmt.KIND_LZ, fmt.KIND_LZ_CODED)
+_PIXEL_LZ_KINDS = (fmt.KIND_PIXEL_LZ, fmt.KIND_PIXEL_LZ_CODED)
+
+
 def _lz_expansions(plans, data, stream_base, stream_starts, stream_ends) -> Expansions:
-    """The LZ streams of the tiles each item's region needs: streams of kind 6, palette streams whose
-    index plane is one, and pixel LZ streams (kind 7), whose tile's members then read their planes
+    """The LZ streams of the tiles each item's region needs: streams of kind 6 or 8, palette streams whose
+    index plane is one, and pixel LZ streams (kind 7 or 9), whose tile's members then read their planes
     from the scratch area too. Only kinds, members' sizes and the palette's count byte are read; the
     expansion kernel checks the rest, and a stream it cannot expand reports STATUS_CORRUPT, as the CPU
     decoder does."""
@@ -360,9 +364,9 @@ def _lz_expansions(plans, data, stream_base, stream_starts, stream_ends) -> Expa
         sample_bytes = info.bits // 8
         plane = starts.copy()
         channel = used % info.channels
-        # streams.open_stream's rules, vectorised: an LZ plane is a stream of kind 6 outside a
+        # streams.open_stream's rules, vectorised: an LZ plane is a stream of kind 6 or 8 outside a
         # palette or pixel LZ tile, the index plane of a palette stream (channel 0 of kind 3), or a
-        # pixel LZ stream in channel 0
+        # pixel LZ stream (kind 7 or 9) in channel 0
         tile_kinds = np.full(used.size, -1, np.int64)  # the kind of the tile's channel-0 stream
         first = stream_starts[index - channel]
         tile_present = stream_ends[index - channel] > first
@@ -373,9 +377,9 @@ def _lz_expansions(plans, data, stream_base, stream_starts, stream_ends) -> Expa
         palette &= plane < ends
         plane_kinds = kinds.copy()
         plane_kinds[palette] = data[plane[palette]]
-        in_member_tile = (channel != 0) & ((tile_kinds == fmt.KIND_PALETTE) | (tile_kinds == fmt.KIND_PIXEL_LZ))
-        pixels = present & (kinds == fmt.KIND_PIXEL_LZ) & (channel == 0)
-        lz = pixels | (present & (plane_kinds == fmt.KIND_LZ) & (((kinds == fmt.KIND_LZ) & ~in_member_tile) | palette))
+        in_member_tile = (channel != 0) & ((tile_kinds == fmt.KIND_PALETTE) | np.isin(tile_kinds, _PIXEL_LZ_KINDS))
+        pixels = present & np.isin(kinds, _PIXEL_LZ_KINDS) & (channel == 0)
+        lz = pixels | (present & np.isin(plane_kinds, _LZ_KINDS) & ((np.isin(kinds, _LZ_KINDS) & ~in_member_tile) | palette))
         if not lz.any():
             continue
         tiles = used[lz] // info.channels

@@ -84,7 +84,7 @@ def encode(
     # mostly LZ streams), and a crop then decodes whole 256-row tiles. Kept only where smaller.
     if mode_id == fmt.MODE_FAST and not chosen_height and height > tile_height:
         payload = kind_bytes.sum()
-        lz = kind_bytes[fmt.KIND_LZ] + kind_bytes[fmt.KIND_PIXEL_LZ]
+        lz = sum(kind_bytes[kind] for kind in (fmt.KIND_LZ, fmt.KIND_PIXEL_LZ, fmt.KIND_LZ_CODED, fmt.KIND_PIXEL_LZ_CODED))
         flat = lz + kind_bytes[fmt.KIND_PALETTE] + kind_bytes[fmt.KIND_PALETTE_MEMBER]
         if (flat >= FLAT_SHARE * payload) if channels > 1 else (lz >= FLAT_LZ_SHARE * payload):
             taller, _ = _encode_planes(planes, header, fmt.FLAT_TILE_HEIGHT)

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 import numpy as np
 
 MAGIC = b"L3IM"
-VERSION = 7
-# Every version-2 to -6 file is a valid version-7 file (version 3 gave fast mode's group
+VERSION = 8
+# Every version-2 to -7 file is a valid version-8 file (version 3 gave fast mode's group
 # code 0 its sparse meaning, version 4 added the palette stream kinds, version 5 the fast coded
-# stream with the extended group codes, version 6 the LZ stream, version 7 the pixel LZ stream). Version 1 differs in its
+# stream with the extended group codes, version 6 the LZ stream, version 7 the pixel LZ stream, version 8 their Huffman-coded forms). Version 1 differs in its
 # fast-mode stream (and had no transform 2): its compact files still decode, its fast files are
 # refused with this reason.
 def version_text(package_version: str) -> str:
@@ -50,6 +50,8 @@ KIND_PALETTE_MEMBER = 4  # channels 1.. of a palette tile: one byte, the pixels 
 KIND_CODED_EXTENDED = 5  # fast mode: a coded stream whose groups take the extended codes (version 5)
 KIND_LZ = 6  # either mode: the raw stream's bytes as an LZ4 block (version 6, l3codec/lz.py)
 KIND_PIXEL_LZ = 7  # a tile's channel-0 stream: the tile's pixels, channels interleaved, as an LZ4 block (version 7)
+KIND_LZ_CODED = 8  # kind 6 with the LZ4 block's symbols Huffman-coded (version 8, l3codec/huffman.py)
+KIND_PIXEL_LZ_CODED = 9  # kind 7 likewise (version 8)
 PALETTE_MAX_COLOURS = 256  # the count byte holds colours - 1
 PALETTE_HEADER_BYTES = 2  # kind, colours - 1
 
@@ -239,7 +241,7 @@ def parse_header(data) -> tuple:
         raise L3Error(f"truncated: {buf.size} bytes is shorter than the {HEADER_SIZE}-byte header")
     header = buf[:HEADER_SIZE].view(HEADER_DTYPE)[0]
     version = int(header["version"])
-    if version not in (1, 2, 3, 4, 5, 6, VERSION):
+    if version not in (1, 2, 3, 4, 5, 6, 7, VERSION):
         raise L3Error(f"unsupported L3 version {version} (this decoder reads 1 (compact only), 2 to {VERSION})")
     if header["header_size"] != HEADER_SIZE:
         raise L3Error(f"header size {header['header_size']} != {HEADER_SIZE}")

@@ -1,5 +1,6 @@
 """LZ streams: a tile-channel's raw bytes (kind 6, format version 6) or a tile's pixels (kind 7,
-version 7) as an LZ4 block.
+version 7) as an LZ4 block; kinds 8 and 9 (version 8) are the same with the block Huffman-coded
+(huffman.py), which the encoder writes where smaller.
 
 Rendered text, user interfaces and diagrams repeat whole glyphs and widgets, which a
 per-sample predictor codes again each time and an LZ77 match copies. A stream of kind
@@ -20,10 +21,10 @@ thread per stream); kernels/lz.cu is its warp-wide twin.
 
 import numpy as np
 
-from .format import KIND_LZ, KIND_PIXEL_LZ, STATUS_CORRUPT, STATUS_OK
+from .format import KIND_LZ, KIND_LZ_CODED, KIND_PIXEL_LZ, KIND_PIXEL_LZ_CODED, STATUS_CORRUPT, STATUS_OK
+from .huffman import MIN_MATCH, TABLES, SYMBOLS, coded_size, expand_coded_lz, write_coded_lz
 from .jit import device
 
-MIN_MATCH = 4  # a token's match nibble counts from here
 MAX_OFFSET = 65535
 LAST_LITERALS = 5  # LZ4's end-of-block rules, which the encoder follows so that lz4 itself reads its blocks:
 MATCH_START_LIMIT = 12  # the last 5 bytes are literals, the last match starts 12 bytes before the end
@@ -82,6 +83,27 @@ def expand_lz(buf, pos, end, out, first, size):
         for i in range(match):  # byte by byte: a match may overlap its own output
             out[first + produced + i] = out[first + produced - offset + i]
         produced += match
+
+
+@device
+def is_lz(kind):
+    """An LZ stream of one plane (kind 6, or 8: its coded form)."""
+    return kind == KIND_LZ or kind == KIND_LZ_CODED
+
+
+@device
+def is_pixel_lz(kind):
+    """A pixel LZ stream (kind 7, or 9: its coded form)."""
+    return kind == KIND_PIXEL_LZ or kind == KIND_PIXEL_LZ_CODED
+
+
+@device
+def expand_lz_stream(buf, start, end, tables, out, first, size):
+    """The LZ stream buf[start:end] of any LZ kind (6-9: plain or Huffman-coded) into out[first:first + size]:
+    its status. tables: huffman.TABLES x huffman.TABLE_SIZE scratch for a coded stream's codes."""
+    if buf[start] == KIND_LZ_CODED or buf[start] == KIND_PIXEL_LZ_CODED:
+        return expand_coded_lz(buf, start + 1, end, tables, out, first, size)
+    return expand_lz(buf, start + 1, end, out, first, size)
 
 
 @device
@@ -276,43 +298,58 @@ def encode_lz_block(raw, size, out, start, limit, head, chain):
     return put_sequence(out, pos, raw, anchor, size - anchor, 0, 0)
 
 
+PLAIN_SLACK = 2  # a plain block up to 1 + 1/2 the size to beat is kept for coding (coding saves up to a third)
+
+
 @device
-def smaller_as_lz(tile, bits, out, start, size, raw, block, head, chain):
-    """The stream of `size` bytes at out[start:] (the tile plane's, coded by its mode), replaced by
-    an LZ stream where that is smaller; returns the stream's size. raw, block, head, chain: scratch
-    (lz_scratch; head counts lz_may_pay's low bytes before it heads the hash chains)."""
-    if size <= 1 + bits // 8:  # constant
-        return size
-    if tile.size * (bits // 8) <= MATCH_START_LIMIT or not lz_may_pay(tile, head):
-        return size
-    count = raw_bytes(tile, bits, raw)
-    end = encode_lz_block(raw, count, block, 1, size, head, chain)
-    if end < 0:
-        return size
-    out[start] = KIND_LZ
+def smallest_lz(block, end, limit, kind, coded_kind, out, start):
+    """The LZ4 block block[1:end] at out[start:] as a stream of `kind`, or of `coded_kind` where coding
+    it is smaller, if that is smaller than limit bytes: its size, else 0 and out unchanged."""
+    counts = np.empty((TABLES, SYMBOLS), np.int64)
+    lengths = np.empty((TABLES, SYMBOLS), np.int64)
+    coded = coded_size(block, 1, end, counts, lengths)
+    if coded < end and coded < limit:
+        return write_coded_lz(block, 1, end, lengths, coded_kind, out, start) - start
+    if end >= limit:
+        return 0
+    out[start] = kind
     for i in range(1, end):
         out[start + i] = block[i]
     return end
 
 
 @device
+def smaller_as_lz(tile, bits, out, start, size, raw, block, head, chain):
+    """The stream of `size` bytes at out[start:] (the tile plane's, coded by its mode), replaced by
+    an LZ stream, plain or coded, where that is smaller; returns the stream's size. raw, block, head,
+    chain: scratch (lz_scratch; head counts lz_may_pay's low bytes before it heads the hash chains)."""
+    if size <= 1 + bits // 8:  # constant
+        return size
+    if tile.size * (bits // 8) <= MATCH_START_LIMIT or not lz_may_pay(tile, head):
+        return size
+    count = raw_bytes(tile, bits, raw)
+    end = encode_lz_block(raw, count, block, 1, min(size + size // PLAIN_SLACK, block.shape[0]), head, chain)
+    if end < 0:
+        return size
+    lz = smallest_lz(block, end, size, KIND_LZ, KIND_LZ_CODED, out, start)
+    return lz if lz > 0 else size
+
+
+@device
 def pixel_lz_stream(pixels, bits, out, start, limit, raw, block, head, chain):
-    """The tile's planes (3-D view) as a pixel LZ stream at out[start:] if it is smaller than `limit`
-    bytes: its size, else 0 and out unchanged. Tried only where every plane passes lz_may_pay.
-    raw, block, head, chain: lz_scratch for the tile's samples of every channel."""
+    """The tile's planes (3-D view) as a pixel LZ stream, plain or coded, at out[start:] if it is
+    smaller than `limit` bytes: its size, else 0 and out unchanged. Tried only where every plane passes
+    lz_may_pay. raw, block, head, chain: lz_scratch for the tile's samples of every channel."""
     for channel in range(pixels.shape[0]):
         if not lz_may_pay(pixels[channel], head):
             return 0
     count = pixel_bytes(pixels, bits, raw)
     if count <= MATCH_START_LIMIT:
         return 0
-    end = encode_lz_block(raw, count, block, 1, min(limit, block.shape[0]), head, chain)
+    end = encode_lz_block(raw, count, block, 1, min(limit + limit // PLAIN_SLACK, block.shape[0]), head, chain)
     if end < 0:
         return 0
-    out[start] = KIND_PIXEL_LZ
-    for i in range(1, end):
-        out[start + i] = block[i]
-    return end
+    return smallest_lz(block, end, limit, KIND_PIXEL_LZ, KIND_PIXEL_LZ_CODED, out, start)
 
 
 @device

@@ -7,29 +7,30 @@ every decoder accepts and rejects exactly the same streams.
 
 import numpy as np
 
-from .format import (KIND_CODED, KIND_CODED_EXTENDED, KIND_CONSTANT, KIND_LZ, KIND_PALETTE, KIND_PALETTE_MEMBER,
-                     KIND_PIXEL_LZ, KIND_RAW, PALETTE_HEADER_BYTES, STATUS_BAD_KIND, STATUS_BAD_SIZE, STATUS_OK)
+from .format import (KIND_CODED, KIND_CODED_EXTENDED, KIND_CONSTANT, KIND_PALETTE, KIND_PALETTE_MEMBER, KIND_RAW,
+                     PALETTE_HEADER_BYTES, STATUS_BAD_KIND, STATUS_BAD_SIZE, STATUS_OK)
+from .huffman import TABLE_SIZE, TABLES
 from .jit import device
-from .lz import expand_lz, pixel_offset
+from .lz import expand_lz_stream, is_lz, is_pixel_lz, pixel_offset
 
-PLANE_OWN = 0  # open_stream's colours for a stream that codes its own plane (kinds 0-2, 5, 6)
+PLANE_OWN = 0  # open_stream's colours for a stream that codes its own plane (kinds 0-2, 5, 6, 8)
 PLANE_MEMBER = -1  # ... for a member (kind 4): the tile's channel-0 stream writes its plane
-PLANE_PIXELS = -2  # ... for a pixel LZ stream (kind 7): it writes every plane of its tile
+PLANE_PIXELS = -2  # ... for a pixel LZ stream (kind 7 or 9): it writes every plane of its tile
 
 
 @device
 def holds_tile(kind):
     """A channel-0 stream kind that codes every channel of its tile, whose other channels are members."""
-    return kind == KIND_PALETTE or kind == KIND_PIXEL_LZ
+    return kind == KIND_PALETTE or is_pixel_lz(kind)
 
 
 @device
 def open_stream(buf, start, end, channel, tile_start, channels, bytes_per_sample):
     """Where a tile-channel's plane stream begins: (status, plane start, colours). tile_start is the
-    start of the tile's channel-0 stream. colours is PLANE_OWN for kinds 0-2, 5 and 6 (the plane stream is the
+    start of the tile's channel-0 stream. colours is PLANE_OWN for kinds 0-2, 5, 6 and 8 (the plane stream is the
     stream); for a palette stream (kind 3, channel 0 only) the palette's colour count, its table at
     start + PALETTE_HEADER_BYTES and its index plane's stream after the table; PLANE_PIXELS for a pixel
-    LZ stream (kind 7, channel 0 only); PLANE_MEMBER for a member (kind 4: channels 1.. of a palette or
+    LZ stream (kind 7 or 9, channel 0 only); PLANE_MEMBER for a member (kind 4: channels 1.. of a palette or
     pixel LZ tile, one byte, nothing of its own to decode)."""
     kind = buf[start]
     in_member_tile = channel != 0 and holds_tile(buf[tile_start])
@@ -39,10 +40,10 @@ def open_stream(buf, start, end, channel, tile_start, channels, bytes_per_sample
         return (STATUS_OK if end - start == 1 else STATUS_BAD_SIZE), start, PLANE_MEMBER
     if in_member_tile:  # such a tile's other channels are members, nothing else
         return STATUS_BAD_KIND, start, PLANE_OWN
-    if kind == KIND_PIXEL_LZ:
+    if is_pixel_lz(kind):
         return (STATUS_BAD_KIND if channel != 0 else STATUS_OK), start, PLANE_PIXELS
     if kind != KIND_PALETTE:
-        return STATUS_OK, start, PLANE_OWN  # kinds 0-2, 5 and 6, or a bad kind that uncoded_stream_status reports
+        return STATUS_OK, start, PLANE_OWN  # kinds 0-2, 5, 6 and 8, or a bad kind that uncoded_stream_status reports
     if channel != 0:
         return STATUS_BAD_KIND, start, PLANE_OWN
     if end - start < PALETTE_HEADER_BYTES:
@@ -155,9 +156,9 @@ def decode_uncoded(buf, start, end, tile, bits):
     where coded says the mode's own decoder must take it."""
     height, width = tile.shape
     kind = buf[start]
-    if kind == KIND_LZ:  # expanded to the raw stream's bytes, then read as those
+    if is_lz(kind):  # expanded to the raw stream's bytes, then read as those
         raw = np.empty(height * width * (bits // 8), np.uint8)
-        status = expand_lz(buf, start + 1, end, raw, 0, raw.shape[0])
+        status = expand_lz_stream(buf, start, end, np.empty((TABLES, TABLE_SIZE), np.int32), raw, 0, raw.shape[0])
         if status == STATUS_OK:
             for row in range(height):
                 for col in range(width):
@@ -174,12 +175,12 @@ def decode_uncoded(buf, start, end, tile, bits):
 
 @device
 def decode_pixel_lz(buf, start, end, pixels, bits):
-    """Expand the pixel LZ stream buf[start:end] (kind 7) into a tile's planes (3-D view: channel, row,
+    """Expand the pixel LZ stream buf[start:end] (kind 7 or 9) into a tile's planes (3-D view: channel, row,
     column): its status (STATUS_CORRUPT when the block does not make exactly the tile's samples)."""
     channels, height, width = pixels.shape
     bytes_per_sample = bits // 8
     raw = np.empty(channels * height * width * bytes_per_sample, np.uint8)
-    status = expand_lz(buf, start + 1, end, raw, 0, raw.shape[0])
+    status = expand_lz_stream(buf, start, end, np.empty((TABLES, TABLE_SIZE), np.int32), raw, 0, raw.shape[0])
     if status == STATUS_OK:
         for channel in range(channels):
             for row in range(height):

@@ -6,6 +6,7 @@ import numpy as np
 
 from l3codec import fast as fast_codec
 from l3codec import format as fmt
+from l3codec import huffman
 
 
 def reseal(data: bytes) -> bytes:
@@ -247,6 +248,22 @@ def pixel_lz_stream(*sequences) -> bytes:
     return bytes([fmt.KIND_PIXEL_LZ]) + b"".join(sequences)
 
 
+def coded_lz(stream: bytes) -> bytes:
+    """A plain LZ stream (kind 6 or 7) in its Huffman-coded form (kind 8 or 9, docs/FORMAT.md §5.4),
+    written by the encoder's own functions, uncompiled."""
+    block = np.frombuffer(b"\0" + stream[1:], np.uint8)  # the block at 1.., as the encoder holds it
+    counts = np.zeros((huffman.TABLES, huffman.SYMBOLS), np.int64)
+    lengths = np.zeros_like(counts)
+    huffman.coded_size(block, 1, len(block), counts, lengths)
+    out = np.zeros(2 * len(block) + huffman.TABLES * 200, np.uint8)
+    kind = fmt.KIND_LZ_CODED if stream[0] == fmt.KIND_LZ else fmt.KIND_PIXEL_LZ_CODED
+    return bytes(out[:huffman.write_coded_lz(block, 1, len(block), lengths, kind, out, 0)])
+
+
+def with_byte(data: bytes, at: int, value: int) -> bytes:
+    return data[:at] + bytes([value]) + data[at + 1:]
+
+
 # A pixel LZ stream for a 4 x 16 compact tile of 3 channels (192 bytes): a row of 16 pixels, then
 # matches of it
 VALID_PIXEL_LZ = pixel_lz_stream(lz_sequence(bytes(range(48)), 48, 140), lz_sequence(bytes(4)))
@@ -255,6 +272,8 @@ VALID_PIXEL_LZ = pixel_lz_stream(lz_sequence(bytes(range(48)), 48, 140), lz_sequ
 # (offset 16) for rows 1-2 and an overlapping run (offset 1) for row 3, then a last literal
 LZ_ROW = bytes(range(100, 116))
 VALID_LZ = lz_stream(lz_sequence(LZ_ROW, 16, 32), lz_sequence(b"\x07", 1, 14), lz_sequence(b"\x09"))
+# a coded LZ stream of 64 zero literals for a 4 x 16 compact tile (its last byte: the last literal's bit)
+LITERALS_64 = coded_lz(lz_stream(lz_sequence(bytes(64))))
 
 
 def status_cases() -> dict:
@@ -337,7 +356,33 @@ def status_cases() -> dict:
         "compact pixel LZ beside a palette": (
             (palette_stream(200, compact_stream(valid4), 2), VALID_PIXEL_LZ[:1] + VALID_LZ[1:]), 4, kind),
         "compact palette, pixel LZ indices": (palette_stream(120, VALID_PIXEL_LZ[:1] + VALID_LZ[1:]), 4, kind),
-        "compact kind 8": (bytes([8]) + compact_stream(valid4)[1:], 4, kind),
+        "compact coded LZ": (coded_lz(VALID_LZ), 4, ok),
+        "compact coded LZ, literals only": (coded_lz(lz_stream(lz_sequence(bytes(range(64))))), 4, ok),
+        "compact coded LZ of 3 channels": ((coded_lz(VALID_LZ), VALID_LZ, coded_lz(VALID_LZ)), 4, ok),
+        "compact coded pixel LZ of 3 channels and members": ((coded_lz(VALID_PIXEL_LZ), MEMBER, MEMBER), 4, ok),
+        "compact palette, coded LZ indices": (palette_stream(120, coded_lz(VALID_LZ)), 4, ok),
+        "compact coded LZ, kind byte alone": (bytes([fmt.KIND_LZ_CODED]), 4, corrupt),
+        "compact coded LZ, tables cut short": (coded_lz(VALID_LZ)[:40], 4, corrupt),
+        # the literal table's first length (byte 33: after the kind byte and its bitmap)
+        "compact coded LZ, a code of length 0": (with_byte(coded_lz(VALID_LZ), 33, 0), 4, corrupt),
+        "compact coded LZ, lengths over-subscribed": (with_byte(coded_lz(VALID_LZ), 33, 0x11), 4, corrupt),
+        "compact coded LZ, a byte short": (coded_lz(VALID_LZ)[:-1], 4, corrupt),
+        "compact coded LZ, a byte too many": (coded_lz(VALID_LZ) + b"\0", 4, corrupt),
+        "compact coded LZ, match past the tile": (coded_lz(lz_stream(lz_sequence(LZ_ROW, 16, 64))), 4, corrupt),
+        "compact coded LZ, offset before the start": (
+            coded_lz(lz_stream(lz_sequence(LZ_ROW, 17, 47), lz_sequence(b"\x09"))), 4, corrupt),
+        # 64 zero literals: one token and one literal symbol, a bit each; the last literal's bit set
+        # matches no code
+        "compact coded LZ, bits of no code": (
+            with_byte(LITERALS_64, len(LITERALS_64) - 1, LITERALS_64[-1] | 1), 4, corrupt),
+        # plain LZ4 ignores the last token's match nibble; a coded stream's must be 0
+        "compact coded LZ, a match nibble in the last token": (
+            coded_lz(bytes([fmt.KIND_LZ, 0xF1, 64 - 15]) + bytes(64)), 4, corrupt),
+        # LITERALS_64's bits: its token's (1), the literal count's length byte (8), 64 literals' (1 each)
+        "compact coded LZ, a length byte cut by the end": (LITERALS_64[:-9], 4, corrupt),
+        "compact coded pixel LZ in channel 1": ((bytes([fmt.KIND_CONSTANT, 7]), coded_lz(VALID_PIXEL_LZ)), 4, kind),
+        "compact coded LZ beside a pixel LZ tile": ((coded_lz(VALID_PIXEL_LZ), MEMBER, coded_lz(VALID_LZ)), 4, kind),
+        "compact kind 10": (bytes([10]) + compact_stream(valid4)[1:], 4, kind),
         "compact constant too long": (bytes([fmt.KIND_CONSTANT, 7, 7]), 4, size),
         "compact raw too short": (bytes([fmt.KIND_RAW]) + bytes(4 * WIDTH - 1), 4, size),
         "compact header cut short": (compact_stream(valid4)[:7], 4, size),

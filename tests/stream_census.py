@@ -8,7 +8,8 @@ from l3codec import format as fmt
 
 
 KIND_NAMES = {fmt.KIND_CONSTANT: "constant", fmt.KIND_CODED: "coded", fmt.KIND_CODED_EXTENDED: "coded", fmt.KIND_RAW: "raw",
-              fmt.KIND_PALETTE: "palette", fmt.KIND_PALETTE_MEMBER: "member", fmt.KIND_LZ: "lz", fmt.KIND_PIXEL_LZ: "pixel_lz"}
+              fmt.KIND_PALETTE: "palette", fmt.KIND_PALETTE_MEMBER: "member", fmt.KIND_LZ: "lz", fmt.KIND_PIXEL_LZ: "pixel_lz",
+              fmt.KIND_LZ_CODED: "lz", fmt.KIND_PIXEL_LZ_CODED: "pixel_lz"}  # coded LZ streams counted again as "huffman"
 
 
 def plane_streams(data):
@@ -35,11 +36,12 @@ def stream_census(data) -> dict:
     info = parsed.info
     buf = np.frombuffer(data, np.uint8)
     census = {"constant": 0, "coded": 0, "raw": 0, "lz": 0, "pixel_lz": 0, "palette": 0, "member": 0, "copy_rows": 0,
-              "index_constant": 0, "index_coded": 0, "index_raw": 0, "index_lz": 0}
+              "index_constant": 0, "index_coded": 0, "index_raw": 0, "index_lz": 0, "huffman": 0}
     census["member"] = sum(int(buf[start] == fmt.KIND_PALETTE_MEMBER) for start in parsed.stream_starts)
     for stream, start, end in plane_streams(data):
         kind = int(buf[start])
         census[KIND_NAMES[kind]] += 1
+        census["huffman"] += kind in (fmt.KIND_LZ_CODED, fmt.KIND_PIXEL_LZ_CODED)
         if buf[parsed.stream_starts[stream]] == fmt.KIND_PALETTE:
             census["palette"] += 1
             census["index_" + KIND_NAMES[kind]] += 1

@@ -21,7 +21,7 @@ from l3codec.kernels.emulation import (
 from images import make_image
 from stream_census import fast_census, stream_census
 from l3codec import batch as l3batch
-from l3codec import cpu, fast
+from l3codec import cpu, fast, huffman, lz
 from l3codec import format as fmt
 from l3codec.kernels import cuda_c, emulation
 
@@ -296,9 +296,10 @@ def test_corrupt_streams_report_status(mode):
         _encode(make_image("smooth_noise", 33, 40, 3, np.uint8, 1), mode, 16),
         _encode(make_image("labels", 40, 33, 1, np.uint16, 2), mode, 16),
         _encode(make_image("flat_graphics", 33, 40, 3, np.uint8, 3), mode, 16),  # palettes and members
+        _encode(make_image("coloured_text", 40, 128, 3, np.uint8, 1), mode, 128, 16),  # coded LZ streams
     ]
-    assert stream_census(sources[2])["member"]
-    damaged = [mutate_payload(sources[i % 3], rng) for i in range(48)]
+    assert stream_census(sources[2])["member"] and stream_census(sources[3])["huffman"]
+    damaged = [mutate_payload(sources[i % len(sources)], rng) for i in range(64)]
     images, status = decode_batch_emulated(damaged, order="shuffled", seed=1)
     rejected = 0
     for data, image, code in zip(damaged, images, status):
@@ -345,7 +346,7 @@ def test_every_status_code_is_reachable_in_encoded_files():
             fast_kinds.add(data[start])
         code_bits = fast.code_bits(8, extended)
         bad_kind = bytearray(data)
-        bad_kind[start] = 8  # past the last kind (7)
+        bad_kind[start] = fmt.KIND_PIXEL_LZ_CODED + 1  # past the last kind
         cases.append((reseal(bytes(bad_kind)), fmt.STATUS_BAD_KIND))
         if mode == "compact":  # fast mode's extended kind
             bad_kind[start] = fmt.KIND_CODED_EXTENDED
@@ -646,8 +647,9 @@ class _FakeCupy:
             lib = kernel_library()
             if self.name == cuda_c.EXPAND_KERNEL:
                 assert isinstance(args[2], np.int64) and len(block) == 1
+                assert shared_mem == cuda_c.expand_grid(1)[2]  # each warp's codes for a coded stream
                 self.launches.append((self.name, grid, block, shared_mem))
-                assert lib.l3emu_expand(grid[0], block[0], 2, 1, *values) == 0, lib.l3emu_last_error()
+                assert lib.l3emu_expand(grid[0], block[0], shared_mem, 2, 1, *values) == 0, lib.l3emu_last_error()
                 return
             assert isinstance(args[1], np.int64) and isinstance(args[6], np.int64)
             assert shared_mem <= 48 * 1024 or self.max_dynamic_shared_size_bytes >= shared_mem
@@ -720,8 +722,12 @@ def test_lz_expansion_helper_with_a_fake_cupy(monkeypatch):
              _encode(make_image("coloured_text", 40, 128, 3, np.uint8, 1), "compact", 64, 32)]
     assert stream_census(files[2])["pixel_lz"]
     damaged = bytearray(files[0])
-    lz_start = max(start for start in fmt.parse(files[0]).stream_starts if files[0][start] == fmt.KIND_LZ)
-    damaged[lz_start + 1] = 0x0F  # its first token: no literals, then a match, whose offset reaches before the start
+    lz_start = max(start for start in fmt.parse(files[0]).stream_starts if lz.is_lz(files[0][start]))
+    if files[0][lz_start] == fmt.KIND_LZ:
+        damaged[lz_start + 1] = 0x0F  # its first token: no literals, then a match, whose offset reaches before the start
+    else:
+        assert any(files[0][lz_start + 1:lz_start + 1 + huffman.BITMAP_BYTES])  # literals have codes
+        damaged[lz_start + 1 + huffman.BITMAP_BYTES] = 0  # the first literal's code length: 0
     files.append(reseal(bytes(damaged)))
     batch = l3batch.prepare(files, [None, (3, 5, 20, 100), (9, 30, 25, 80), None])
     assert {int(item) for item in batch.expansions["status_index"]} == {0, 1, 2, 3}

@@ -17,6 +17,7 @@ VERSION3 = GOLDEN / "v3"  # and by version 3
 VERSION4 = GOLDEN / "v4"  # and by version 4
 VERSION5 = GOLDEN / "v5"  # and by version 5
 VERSION6 = GOLDEN / "v6"  # and by version 6
+VERSION7 = GOLDEN / "v7"  # and by version 7
 
 
 def _stored_version(data):
@@ -99,20 +100,25 @@ def test_golden_files_hold_palette_tiles():
 
 
 def test_golden_files_hold_lz_streams():
-    """Version 6's LZ streams: planes of both modes, 8- and 16-bit, and a palette's index plane."""
+    """Version 6's LZ streams and version 8's coded ones: planes of both modes, 8- and 16-bit, and a
+    palette's index plane."""
     reached = set()
     for name in NAMES:
         data = (GOLDEN / f"{name}.l3").read_bytes()
         starts = fmt.parse(data).stream_starts
         for stream, start, _ in plane_streams(data):
-            if data[start] == fmt.KIND_LZ:
+            if data[start] in (fmt.KIND_LZ, fmt.KIND_LZ_CODED):
                 info = l3codec.info(data)
-                reached.add((info.mode, info.bits, bool(start != starts[stream])))  # an index plane
-    assert {("compact", 8, False), ("fast", 8, False), ("fast", 16, False), ("compact", 16, True)} <= reached, reached
+                reached.add((int(data[start]), info.mode, info.bits, bool(start != starts[stream])))  # an index plane
+    plain, coded = fmt.KIND_LZ, fmt.KIND_LZ_CODED
+    assert {(plain, "compact", 8, True), (plain, "fast", 8, False), (plain, "fast", 16, False),
+            (plain, "compact", 16, False), (coded, "compact", 8, False), (coded, "fast", 8, False),
+            (coded, "compact", 16, True)} <= reached, reached
 
 
 def test_golden_files_hold_pixel_lz_streams():
-    """Version 7's pixel LZ streams with their members: both modes, 8- and 16-bit, 3 and 4 channels."""
+    """Version 7's pixel LZ streams and version 8's coded ones, with their members: both modes, 8- and
+    16-bit, 3 and 4 channels."""
     reached = set()
     for name in NAMES:
         data = (GOLDEN / f"{name}.l3").read_bytes()
@@ -120,12 +126,15 @@ def test_golden_files_hold_pixel_lz_streams():
         if census["pixel_lz"]:
             info = l3codec.info(data)
             assert census["member"] == census["pixel_lz"] * (info.channels - 1) + census["palette"] * (info.channels - 1)
-            reached.add((info.mode, info.bits, info.channels))
-    assert {("compact", 8, 3), ("fast", 16, 4)} <= reached, reached
+            for start in fmt.parse(data).stream_starts[::info.channels]:
+                if data[start] in (fmt.KIND_PIXEL_LZ, fmt.KIND_PIXEL_LZ_CODED):
+                    reached.add((int(data[start]), info.mode, info.bits, info.channels))
+    plain, coded = fmt.KIND_PIXEL_LZ, fmt.KIND_PIXEL_LZ_CODED
+    assert {(plain, "fast", 16, 4), (coded, "compact", 8, 3), (coded, "fast", 16, 4)} <= reached, reached
 
 
 OLDER_FILES = [(version, path) for version, folder in ((2, VERSION2), (3, VERSION3), (4, VERSION4), (5, VERSION5),
-                                                       (6, VERSION6))
+                                                       (6, VERSION6), (7, VERSION7))
                for path in sorted(folder.glob("*.l3"))]
 
 
@@ -133,8 +142,8 @@ OLDER_FILES = [(version, path) for version, folder in ((2, VERSION2), (3, VERSIO
 def test_older_files_still_decode(version, path):
     """Each version gave meaning only to bytes the one before never wrote (version 3: a fast group
     code; 4: the palette stream kinds; 5: the fast stream kind with extended group codes; 6: the LZ
-    stream kind; 7: the pixel LZ stream kind), so files of versions 2 to 6 decode unchanged, on the CPU and through the GPU
-    batch's host validation."""
+    stream kind; 7: the pixel LZ stream kind; 8: the coded LZ stream kinds), so files of versions 2 to 7
+    decode unchanged, on the CPU and through the GPU batch's host validation."""
     from l3codec import batch
 
     data = path.read_bytes()

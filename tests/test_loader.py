@@ -252,8 +252,8 @@ def test_centre_crop_and_normalised_float_images(cityscapes):
 
 @pytest.mark.parametrize("path", list(PATHS))
 def test_pages_of_text_read_through_their_lz_streams(tmp_path, path):
-    """A folder of rendered text (LZ streams, docs/FORMAT.md §5.2; coloured: pixel LZ streams, §5.3)
-    through every path, whole and cropped: the GPU path expands the LZ planes of each batch's tiles
+    """A folder of rendered text (LZ streams, docs/FORMAT.md §5.2; coloured: pixel LZ streams, §5.3;
+    both Huffman-coded, §5.4) through every path, whole and cropped: the GPU path expands the LZ planes of each batch's tiles
     before decoding them (the host path reads them where they lie in the batch's bytes)."""
     pages = {}
     for i in range(4):
@@ -266,7 +266,7 @@ def test_pages_of_text_read_through_their_lz_streams(tmp_path, path):
     dataset = L3Dataset(tmp_path / "l3", fields=("image",), decode=decode)
     kinds = {data[start] for data in (dataset.reader.read(i, "image").tobytes() for i in range(4))
              for _, start, _ in plane_streams(data)}
-    assert {fmt.KIND_LZ, fmt.KIND_PIXEL_LZ} <= kinds
+    assert {fmt.KIND_LZ_CODED, fmt.KIND_PIXEL_LZ_CODED} <= kinds
     for crop in (None, RandomCrop((20, 100))):
         loader = Loader(dataset, 2, shuffle=False, crop=crop, device="cpu", decode_step=step, seed=3)
         seen = 0

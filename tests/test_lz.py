@@ -1,5 +1,6 @@
 """LZ streams (kind 6, docs/FORMAT.md §5.2) and pixel LZ streams (kind 7, §5.3): LZ4 blocks that lz4
-itself reads and writes, the encoder's choice, and the GPU batch's expansion tables."""
+itself reads and writes, their Huffman-coded forms (kinds 8 and 9, §5.4), the encoder's choice, and
+the GPU batch's expansion tables."""
 
 import imagecodecs
 import numpy as np
@@ -7,7 +8,7 @@ import pytest
 
 import l3codec
 from l3codec import batch as batching
-from l3codec import cpu, lz
+from l3codec import cpu, huffman, lz
 from l3codec import format as fmt
 from l3codec.regions import region_streams
 from images import make_image
@@ -58,6 +59,60 @@ def test_lz4_reads_our_blocks_and_we_read_its_blocks(index):
         assert status == fmt.STATUS_OK and np.array_equal(out, raw), hc
 
 
+def _coded(block: np.ndarray, kind: int = fmt.KIND_LZ_CODED) -> bytes:
+    """An LZ4 block (our encoder's) as a coded stream, through the compiled encoder."""
+    padded = np.concatenate([np.zeros(1, np.uint8), block])  # the block at 1.., as the encoder holds it
+    counts = np.zeros((huffman.TABLES, huffman.SYMBOLS), np.int64)
+    lengths = np.zeros_like(counts)
+    size = _encoders.coded_size(padded, 1, padded.size, counts, lengths)
+    out = np.zeros(size + 8, np.uint8)
+    end = _encoders.write_coded_lz(padded, 1, padded.size, lengths, kind, out, 0)
+    assert end == size
+    assert lengths.max() <= huffman.MAX_CODE_BITS
+    return out[:end].tobytes()
+
+
+def _expand_coded(stream: bytes, size: int):
+    out = np.zeros(size, np.uint8)
+    buf = np.frombuffer(stream, np.uint8)
+    tables = np.zeros((huffman.TABLES, huffman.TABLE_SIZE), np.int32)
+    return _encoders.expand_lz_stream(buf, 0, buf.size, tables, out, 0, size), out
+
+
+@pytest.mark.parametrize("index", range(len(_blocks_inputs())))
+def test_coded_blocks_make_the_bytes_of_their_plain_blocks(index):
+    """A block's Huffman-coded form expands to the same bytes; every cut of it, and a byte added, is
+    corrupt, never a fault."""
+    raw = np.ascontiguousarray(_blocks_inputs()[index])
+    head, chain = np.empty(1 << lz.HASH_BITS, np.int32), np.empty(raw.size, np.int32)
+    block = np.zeros(raw.size * 2 + 64, np.uint8)
+    block = block[:_encoders.encode_lz_block(raw, raw.size, block, 0, block.size, head, chain)]
+    stream = _coded(block)
+    status, out = _expand_coded(stream, raw.size)
+    assert status == fmt.STATUS_OK and np.array_equal(out, raw)
+    assert _expand_coded(stream + b"\0", raw.size)[0] == fmt.STATUS_CORRUPT
+    assert _expand_coded(stream, raw.size + 1)[0] == fmt.STATUS_CORRUPT
+    for cut in range(1, len(stream), max(1, len(stream) // 97)):
+        assert _expand_coded(stream[:cut], raw.size)[0] == fmt.STATUS_CORRUPT, cut
+
+
+def test_code_lengths_stay_within_a_nibble():
+    """Counts in a Fibonacci sequence make the deepest Huffman tree (29 levels for 30 symbols): the
+    encoder flattens it to at most 15, and the code stays complete (its lengths fill the code space)."""
+    counts = np.zeros((huffman.TABLES, huffman.SYMBOLS), np.int64)
+    fibonacci = [1, 1]
+    while len(fibonacci) < 30:
+        fibonacci.append(fibonacci[-1] + fibonacci[-2])
+    counts[0, :30] = fibonacci
+    counts[1, 7] = 5  # a lone symbol: one bit
+    lengths = np.zeros_like(counts)
+    for table in range(2):
+        _encoders.code_lengths(counts, lengths, table)
+    assert 0 < lengths[0, :30].min() and lengths[0, :30].max() <= huffman.MAX_CODE_BITS and (lengths[0, 30:] == 0).all()
+    assert sum(2.0 ** -int(n) for n in lengths[0, :30]) == 1.0
+    assert lengths[1].tolist() == [0] * 7 + [1] + [0] * 248
+
+
 def test_a_block_that_makes_other_than_its_bytes_is_corrupt():
     raw = np.tile(np.arange(10, dtype=np.uint8), 30)
     block = imagecodecs.lz4_encode(raw.tobytes(), header=False)
@@ -76,8 +131,9 @@ def test_text_takes_lz_streams_each_smaller_than_its_coded_stream(mode, channels
     np.testing.assert_array_equal(l3codec.decode(data), image)
     np.testing.assert_array_equal(l3codec.decode(data, region=(3, 50, 30, 100)), image[3:33, 50:150])
     parsed = fmt.parse(data)
-    lz_streams = [(stream, start, end) for stream, start, end in plane_streams(data) if data[start] == fmt.KIND_LZ]
+    lz_streams = [(stream, start, end) for stream, start, end in plane_streams(data) if lz.is_lz(data[start])]
     assert lz_streams, "no LZ stream in a page of repeated glyphs"
+    assert fmt.KIND_LZ_CODED in {data[start] for _, start, _ in lz_streams}, "no coded LZ stream"
     coded = _coded_streams(image, data, mode)
     plain = [(stream, start, end) for stream, start, end in lz_streams if start == parsed.stream_starts[stream]]
     for stream, start, end in plain:  # (an LZ index plane's rival is the palette's coded index plane)
@@ -112,7 +168,7 @@ def test_coloured_text_takes_pixel_lz_streams_smaller_than_its_planes(mode, chan
     np.testing.assert_array_equal(l3codec.decode(data, region=(3, 50, 30, 100)), image[3:33, 50:150])
     parsed = fmt.parse(data)
     starts, ends = parsed.stream_starts, parsed.stream_ends
-    pixel_tiles = [stream // channels for stream in range(0, starts.size, channels) if data[starts[stream]] == fmt.KIND_PIXEL_LZ]
+    pixel_tiles = [stream // channels for stream in range(0, starts.size, channels) if lz.is_pixel_lz(data[starts[stream]])]
     assert pixel_tiles, "no pixel LZ stream in a page of coloured glyphs"
     coded = _coded_streams(image, data, mode)
     for tile in pixel_tiles:
@@ -126,7 +182,7 @@ def test_photographs_pay_no_match_search():
     image = make_image("smooth_noise", 64, 256, 3, np.uint8, 2)
     for mode in ("compact", "fast"):
         data = l3codec.encode(image, mode=mode)
-        assert not [s for s, start, _ in plane_streams(data) if data[start] in (fmt.KIND_LZ, fmt.KIND_PIXEL_LZ)]
+        assert not [s for s, start, _ in plane_streams(data) if lz.is_lz(data[start]) or lz.is_pixel_lz(data[start])]
     histogram = np.empty(1 << lz.HASH_BITS, np.int32)
     assert not _encoders.lz_may_pay(image[:, :, 1], histogram)
     assert _encoders.lz_may_pay(make_image("text", 64, 256, 1, np.uint8, 2), histogram)
@@ -145,11 +201,11 @@ def test_gpu_batches_expand_lz_streams_and_palette_index_planes_into_scratch():
         info = l3codec.info(data)
         needed = set(region_streams(info, region or (0, 0, info.height, info.width))[0].tolist())
         expected += [(item, start != fmt.parse(data).stream_starts[stream]) for stream, start, _ in plane_streams(data)
-                     if data[start] == fmt.KIND_LZ and stream in needed]
+                     if lz.is_lz(data[start]) and stream in needed]
     assert sorted(zip(expansions["status_index"].tolist(), (expansions["prefix_bytes"] > 0).tolist())) == sorted(expected)
     assert (True in [palette for _, palette in expected]) and len(expected) > 3  # plain LZ planes and an LZ index plane
     assert (expansions["prefix_bytes"][expansions["status_index"] == 1] == 2 + 4 * 2).all()  # 4 colours of 16 bits
-    assert (prepared.data[expansions["source"]] == fmt.KIND_LZ).all()
+    assert np.isin(prepared.data[expansions["source"]], (fmt.KIND_LZ, fmt.KIND_LZ_CODED)).all()
     spans = expansions["prefix_bytes"] + 1 + expansions["plane_bytes"]
     order = np.argsort(expansions["target"])
     assert (expansions["target"][order][1:] >= (expansions["target"] + spans)[order][:-1]).all()

@@ -2,9 +2,9 @@
 
     python tests/golden/make_golden.py
 
-Each case writes NAME.l3 and NAME.npy (the expected pixels). tests/golden/v1/ to v6/ keep files
-of format versions 1 to 6 as they were written then (never regenerated): version-1 compact files and
-every version-2 to -6 file must still decode, version-1 fast files must be refused.
+Each case writes NAME.l3 and NAME.npy (the expected pixels). tests/golden/v1/ to v7/ keep files
+of format versions 1 to 7 as they were written then (never regenerated): version-1 compact files and
+every version-2 to -7 file must still decode, version-1 fast files must be refused.
 """
 
 import pathlib
@@ -52,7 +52,8 @@ CASES = {
     "text16_fast_lz": ("text", 32, 128, 4, np.uint16, {"mode": "fast", "tile_width": 128, "tile_height": 16,
                                                        "transform": "subtract-green"}),
     "text16_compact_palette_lz": ("text", 32, 96, 1, np.uint16, {"mode": "compact", "tile_width": 96}),
-    # pixel LZ streams (version 7): a tile's channels interleaved in one block, and members
+    # pixel LZ streams (version 7): a tile's channels interleaved in one block, and members. Version 8
+    # codes most of these cases' LZ blocks (kinds 8 and 9); small blocks stay plain (labels, the flat palette)
     "colour_text8_compact_pixel_lz": ("coloured_text", 40, 256, 3, np.uint8, {"mode": "compact", "tile_width": 128,
                                                                               "transform": "rg-mean"}),
     "colour_text16_fast_pixel_lz": ("coloured_text", 24, 128, 4, np.uint16, {"mode": "fast", "tile_width": 64,
