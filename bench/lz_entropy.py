@@ -108,18 +108,11 @@ def lz4_parts(block: np.ndarray):
 
 
 def lz_blocks(data: bytes):
-    """Each LZ stream's LZ4 block (kinds 6 and 7; a palette's LZ index plane too)."""
-    parsed = fmt.parse(data)
-    info = parsed.info
+    """Each plain LZ stream's LZ4 block (kinds 6 and 7; a palette's LZ index plane too)."""
     buf = np.frombuffer(data, np.uint8)
-    starts, ends = parsed.stream_starts, parsed.stream_ends
-    for stream, (start, end) in enumerate(zip(starts, ends)):
-        channel = stream % info.channels
-        status, plane_start, colours = streams.open_stream(buf, int(start), int(end), channel,
-                                                           int(starts[stream - channel]), info.channels, info.bits // 8)
-        if status == fmt.STATUS_OK and colours != streams.PLANE_MEMBER and buf[plane_start] in (fmt.KIND_LZ,
-                                                                                               fmt.KIND_PIXEL_LZ):
-            yield buf[plane_start + 1:end]
+    for _, start, end in streams.plane_streams(data):
+        if buf[start] in (fmt.KIND_LZ, fmt.KIND_PIXEL_LZ):
+            yield buf[start + 1:end]
 
 
 def measure_set(folder: Path, mode: str) -> dict:

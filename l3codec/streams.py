@@ -8,7 +8,7 @@ every decoder accepts and rejects exactly the same streams.
 import numpy as np
 
 from .format import (KIND_CODED, KIND_CODED_EXTENDED, KIND_CONSTANT, KIND_PALETTE, KIND_PALETTE_MEMBER, KIND_RAW,
-                     PALETTE_HEADER_BYTES, STATUS_BAD_KIND, STATUS_BAD_SIZE, STATUS_OK)
+                     PALETTE_HEADER_BYTES, STATUS_BAD_KIND, STATUS_BAD_SIZE, STATUS_OK, L3Error, parse)
 from .huffman import TABLE_SIZE, TABLES
 from .jit import device
 from .lz import expand_lz_stream, is_lz, is_pixel_lz, pixel_offset
@@ -109,6 +109,25 @@ def uncoded_sample(buf, start, kind, index, bytes_per_sample):
     if kind == KIND_CONSTANT:
         return read_sample(buf, start + 1, bytes_per_sample)
     return read_sample(buf, start + 1 + index * bytes_per_sample, bytes_per_sample)
+
+
+def plane_streams(data):
+    """(stream, plane stream start, end) of each stream of a file that codes a plane, read on the host
+    by open_stream: a palette's index plane's stream in place of the palette stream, a pixel LZ stream
+    (which codes every plane of its tile), members left out. For tools and tests that look inside
+    files; a stream open_stream refuses raises L3Error."""
+    parsed = parse(data)
+    info = parsed.info
+    buf = np.frombuffer(data, np.uint8)
+    starts, ends = parsed.stream_starts, parsed.stream_ends
+    for stream, (start, end) in enumerate(zip(starts, ends)):
+        channel = stream % info.channels
+        status, plane_start, colours = open_stream(buf, int(start), int(end), channel, int(starts[stream - channel]),
+                                                   info.channels, info.bits // 8)
+        if status != STATUS_OK:
+            raise L3Error(f"stream {stream} does not open (status {status})")
+        if colours != PLANE_MEMBER:
+            yield stream, int(plane_start), int(end)
 
 
 # ---------------------------------------------------------------- whole streams on the CPU

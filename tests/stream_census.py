@@ -4,29 +4,13 @@ their data reaches a path (stream kinds, palettes, compact copied rows, fast gro
 import numpy as np
 
 from l3codec import compact, fast, streams
+from l3codec.streams import plane_streams  # noqa: F401 - the tests import it from here
 from l3codec import format as fmt
 
 
 KIND_NAMES = {fmt.KIND_CONSTANT: "constant", fmt.KIND_CODED: "coded", fmt.KIND_CODED_EXTENDED: "coded", fmt.KIND_RAW: "raw",
               fmt.KIND_PALETTE: "palette", fmt.KIND_PALETTE_MEMBER: "member", fmt.KIND_LZ: "lz", fmt.KIND_PIXEL_LZ: "pixel_lz",
               fmt.KIND_LZ_CODED: "lz", fmt.KIND_PIXEL_LZ_CODED: "pixel_lz"}  # coded LZ streams counted again as "huffman"
-
-
-def plane_streams(data):
-    """(stream, plane stream start, end) of each stream that codes a plane: a palette's index
-    plane's stream in place of the palette stream, a pixel LZ stream (which codes every plane of its
-    tile), members left out."""
-    parsed = fmt.parse(data)
-    info = parsed.info
-    buf = np.frombuffer(data, np.uint8)
-    starts, ends = parsed.stream_starts, parsed.stream_ends
-    for stream, (start, end) in enumerate(zip(starts, ends)):
-        channel = stream % info.channels
-        status, plane_start, colours = streams.open_stream(buf, int(start), int(end), channel,
-                                                           int(starts[stream - channel]), info.channels, info.bits // 8)
-        assert status == fmt.STATUS_OK, status
-        if colours != streams.PLANE_MEMBER:
-            yield stream, int(plane_start), int(end)
 
 
 def stream_census(data) -> dict:
