@@ -46,7 +46,8 @@ def encode(
     transform: "subtract-green", "rg-mean" or "none"; default for 3-4 channels: the mode's
     format.DEFAULT_COLOUR_TRANSFORM.
     tile_height: fast mode's default is format.DEFAULT_TILE_HEIGHT (64), or format.FLAT_TILE_HEIGHT where
-    that makes a smaller file of flat colour content (see below).
+    that makes a smaller file of flat content; one channel then also tries twice the default tile_width
+    (see below).
     """
     from . import cpu
 
@@ -55,6 +56,7 @@ def encode(
     if mode not in fmt.MODES:
         raise L3Error(f"mode must be one of {sorted(fmt.MODES)}, not {mode!r}")
     mode_id = fmt.MODES[mode]
+    chosen_width = tile_width is not None
     tile_width = fmt.DEFAULT_TILE_WIDTH[mode_id] if tile_width is None else integer(tile_width, "tile_width")
     chosen_height = tile_height is not None
     tile_height = fmt.DEFAULT_TILE_HEIGHT[mode_id] if tile_height is None else integer(tile_height, "tile_height")
@@ -78,25 +80,29 @@ def encode(
                   tile_width=tile_width)
     data, kind_bytes = _encode_planes(planes, header, tile_height)
     # Fast mode, flat content: taller tiles hold more of the glyphs and widgets a tile's LZ block can
-    # copy and spread a palette's table over more pixels (generated flat graphics 0.65 -> 0.50x their
-    # PNG files, coloured text 0.80 -> 0.61, grey pages of text 1.88 -> 1.35; 128 rows: 0.55, 0.67);
-    # photographs and label maps gain nothing (those of the corpus lose 1-5%: one-channel images need
-    # mostly LZ streams), and a crop then decodes whole 256-row tiles. Kept only where smaller.
+    # copy and spread a palette's table and an LZ stream's code tables over more pixels; photographs
+    # gain nothing, and a crop then decodes whole 256-row tiles. One channel (pages of text, label
+    # maps) also tries tiles twice as wide, two per 64 KiB LZ window: grey pages of text 1.02 -> 0.83x
+    # their PNG files (bench/results/codecs-vs-source.md), while RGB screens lose (0.52 -> 0.53).
+    # Each candidate is kept only where smaller.
     if mode_id == fmt.MODE_FAST and not chosen_height and height > tile_height:
-        payload = kind_bytes.sum()
-        lz = sum(kind_bytes[kind] for kind in (fmt.KIND_LZ, fmt.KIND_PIXEL_LZ, fmt.KIND_LZ_CODED, fmt.KIND_PIXEL_LZ_CODED))
-        flat = lz + kind_bytes[fmt.KIND_PALETTE] + kind_bytes[fmt.KIND_PALETTE_MEMBER]
-        if (flat >= FLAT_SHARE * payload) if channels > 1 else (lz >= FLAT_LZ_SHARE * payload):
-            taller, _ = _encode_planes(planes, header, fmt.FLAT_TILE_HEIGHT)
-            if len(taller) < len(data):
-                return taller
+        flat = sum(kind_bytes[kind] for kind in _FLAT_KINDS)
+        if flat >= FLAT_SHARE * kind_bytes.sum():
+            widths = [tile_width]
+            if channels == 1 and not chosen_width and width > tile_width:
+                widths.append(min(2 * tile_width, fmt.MAX_TILE_WIDTH))
+            for candidate_width in widths:
+                taller, _ = _encode_planes(planes, dict(header, tile_width=candidate_width), fmt.FLAT_TILE_HEIGHT)
+                if len(taller) < len(data):
+                    data = taller
     return data
 
 
-# fmt.FLAT_TILE_HEIGHT is tried where palette, member and LZ streams hold this share of the payload, or
-# for one channel, LZ streams this share (a label map's palettes gain nothing from taller tiles)
+# fmt.FLAT_TILE_HEIGHT is tried where palette, member and LZ streams (a palette's index LZ stream
+# counted with its palette) hold this share of the payload
 FLAT_SHARE = 0.1
-FLAT_LZ_SHARE = 0.5
+_FLAT_KINDS = (fmt.KIND_LZ, fmt.KIND_PIXEL_LZ, fmt.KIND_LZ_CODED, fmt.KIND_PIXEL_LZ_CODED, fmt.KIND_PALETTE,
+               fmt.KIND_PALETTE_MEMBER)
 
 
 def _encode_planes(planes, header: dict, tile_height: int) -> tuple:

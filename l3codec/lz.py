@@ -34,6 +34,7 @@ CHAIN_DEPTH = 64  # earlier positions of the same hash tried per position
 NICE_LENGTH = 256  # ... until one matches this far (rendered text: a longer one is often further down the chain)
 SAMPLE_STEP = 4  # lz_may_pay's histogram takes every 4th sample
 DOMINANT_SHARE = 4  # ... and looks for a value in a quarter of them
+SAME_AS_LEFT_PERCENT = 85  # ... or 85% of them equal to their left neighbour
 INSIDE_MATCH = 16  # positions at each end of a match that join the chains
 SKIP_AFTER = 32  # positions without a match before the search strides 2, then 3 ... positions
 
@@ -157,21 +158,26 @@ def hash_at(raw, i):
 
 @device
 def lz_may_pay(tile, counts):
-    """Whether to look for an LZ stream of a tile plane (2-D view) at all: one low byte is at least
-    1/DOMINANT_SHARE of every SAMPLE_STEP-th sample's. Where LZ pays (the backgrounds of text and
-    diagrams, label maps) one value dominates; in a photograph the commonest is a few per cent, and
-    the match search would cost the encoder a third of its speed there (hires2048) for nothing."""
+    """Whether to look for an LZ stream of a tile plane (2-D view) at all, judged on every
+    SAMPLE_STEP-th sample: one low byte is at least 1/DOMINANT_SHARE of them (the backgrounds of
+    text and diagrams), or at least SAME_AS_LEFT_PERCENT per cent of them equal their left neighbour (label maps of
+    many regions, none dominant, whose rows an LZ match copies from the row above). In a photograph
+    the commonest value is a few per cent and few samples repeat their neighbour, and the match search
+    would cost the encoder a third of its speed there (hires2048) for nothing."""
     for value in range(256):
         counts[value] = 0
     samples = 0
+    same = 0
     for row in range(tile.shape[0]):
         for col in range(row % SAMPLE_STEP, tile.shape[1], SAMPLE_STEP):
             counts[np.int64(tile[row, col]) & 255] += 1
             samples += 1
+            if col > 0 and tile[row, col] == tile[row, col - 1]:
+                same += 1
     top = 0
     for value in range(256):
         top = max(top, counts[value])
-    return top * DOMINANT_SHARE >= samples
+    return top * DOMINANT_SHARE >= samples or same * 100 >= samples * SAME_AS_LEFT_PERCENT
 
 
 @device

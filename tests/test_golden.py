@@ -60,8 +60,8 @@ def test_golden_files_cover_both_modes_and_transform_2():
     assert {("compact", "rg-mean"), ("fast", "rg-mean")} <= {(info.mode, info.transform) for info in infos}
 
 
-@pytest.mark.parametrize("name", ["labels8_fast", "labels16_fast"])
-def test_golden_fast_labels_hold_sparse_groups(name):
+@pytest.mark.parametrize("name", ["dots8_fast", "labels16_fast"])
+def test_golden_fast_files_hold_sparse_groups(name):
     census = fast_census((GOLDEN / f"{name}.l3").read_bytes())
     assert census["sparse"] and census["unflagged"], census
 

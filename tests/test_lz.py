@@ -188,6 +188,27 @@ def test_photographs_pay_no_match_search():
     assert _encoders.lz_may_pay(make_image("text", 64, 256, 1, np.uint8, 2), histogram)
 
 
+def contour_map(height, width):
+    """Bands of 40 ids across a smooth field, none of them a quarter of the samples (as the level sets
+    of bench/make_corpus.py's label maps): each row repeats the row above, shifted at the bands' edges."""
+    yy, xx = np.mgrid[0:height, 0:width]
+    field = yy * 0.7 + xx * 0.5 + 12 * np.sin(xx / 23.0) + 9 * np.cos(yy / 17.0)
+    return (field // 6 % 40).astype(np.uint8)
+
+
+def test_label_maps_of_many_regions_are_searched_for_matches():
+    """lz_may_pay lets through a plane whose samples mostly repeat their left neighbour though no value
+    dominates, and the match search then shrinks its streams in both modes."""
+    labels = contour_map(64, 256)
+    assert np.bincount(labels.ravel()).max() * lz.DOMINANT_SHARE < labels.size
+    histogram = np.empty(1 << lz.HASH_BITS, np.int32)
+    assert _encoders.lz_may_pay(labels, histogram)
+    for mode in ("compact", "fast"):
+        data = l3codec.encode(labels, mode=mode)
+        assert [s for s, start, _ in plane_streams(data) if lz.is_lz(data[start])]
+        np.testing.assert_array_equal(l3codec.decode(data), labels)
+
+
 def test_gpu_batches_expand_lz_streams_and_palette_index_planes_into_scratch():
     """batch.prepare lists every LZ plane stream of the tiles a region needs, a palette's LZ index
     plane with its header and table as the prefix it keeps; expansions do not overlap."""

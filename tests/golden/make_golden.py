@@ -59,13 +59,30 @@ CASES = {
     "colour_text16_fast_pixel_lz": ("coloured_text", 24, 128, 4, np.uint16, {"mode": "fast", "tile_width": 64,
                                                                              "tile_height": 16}),
 }
-# columns repeated, so that label regions span whole fast groups (zero groups between edges)
+# columns repeated, so that label regions span whole fast groups (zero groups between edges); the
+# 8-bit map's regions then repeat their left neighbours enough for the encoder's LZ search (lz_may_pay),
+# whose streams it keeps: dots8_fast holds the 8-bit sparse groups and zero groups instead
 WIDENED = {"labels8_fast": 16, "labels16_fast": 16}
+
+
+def dots(height, width, seed):
+    """Isolated samples of random values (1 in 80) on a ramp across the columns: fast predicts the ramp
+    exactly, so sparse groups lie between groups of zero residuals, and no value dominates or repeats
+    its left neighbour (the encoder does not look for LZ matches)."""
+    rng = np.random.default_rng(seed)
+    image = np.tile(np.arange(width) % 256, (height, 1)).astype(np.uint8)
+    at = rng.random((height, width)) < 1 / 80
+    image[at] = rng.integers(0, 256, int(at.sum()))
+    return image
+
+
+CASES["dots8_fast"] = ("dots", 48, 384, 1, np.uint8, {"mode": "fast", "tile_width": 128, "tile_height": 16})
 
 
 def main():
     for name, (kind, height, width, channels, dtype, options) in CASES.items():
-        image = np.repeat(make_image(kind, height, width, channels, dtype, seed=7), WIDENED.get(name, 1), axis=1)
+        image = dots(height, width, 7) if kind == "dots" else make_image(kind, height, width, channels, dtype, seed=7)
+        image = np.repeat(image, WIDENED.get(name, 1), axis=1)
         (HERE / f"{name}.l3").write_bytes(l3codec.encode(image, **options))
         np.save(HERE / f"{name}.npy", image)
         print(name, image.shape, image.dtype, options)
