@@ -49,7 +49,7 @@ struct LzLength {
     long long pos;  // after the length's bytes; -1 when the block ends inside them
 };
 
-// lz.lz_length: a token nibble's length and its extension bytes
+// lz4block.lz_length: a token nibble's length and its extension bytes
 L3_DEVICE LzLength lz_length(const unsigned char* data, long long pos, long long end, long long length) {
     if (length == 15) {
         for (;;) {

@@ -34,13 +34,13 @@ import numpy as np
 from numba import config, cuda
 
 import l3codec
-from l3codec import batch, bitio, colour, compact, fast, huffman, lz, streams
+from l3codec import batch, bitio, colour, compact, fast, huffman, lz, lz4block, streams
 from l3codec import format as fmt
 from l3codec.jit import compile_device_functions
 
 from . import cuda_c
 
-_dev = compile_device_functions([bitio, colour, huffman, lz, streams, compact, fast], cuda.jit(device=True, inline="always"))
+_dev = compile_device_functions([bitio, colour, lz4block, huffman, lz, streams, compact, fast], cuda.jit(device=True, inline="always"))
 expand_lz_stream = _dev.expand_lz_stream
 LZ_TABLES, LZ_TABLE_SIZE = huffman.TABLES, huffman.TABLE_SIZE
 pixel_offset = _dev.pixel_offset

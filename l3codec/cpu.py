@@ -25,7 +25,7 @@ from numba.core.registry import CPUDispatcher
 from numba.cpython.unsafe.numbers import trailing_zeros as _count_trailing_zeros
 from numba.extending import intrinsic
 
-from . import bitio, colour, compact, fast, first_use, huffman, lz, palette, streams
+from . import bitio, colour, compact, fast, first_use, huffman, lz, lz4block, palette, streams
 from . import format as fmt
 from .jit import cached_njit, compile_device_functions
 
@@ -85,8 +85,8 @@ _INLINED = {
     "zigzag", "adapt", "appended", "appended_code", "appended_run",
     # lz.py's and huffman.py's per-byte helpers (longest_match and put_sequence stay calls: each inlined cost about
     # 0.35 s of first use per dtype, for no speed measured)
-    "lz_length", "hash_at", "chain_position", "sequence_bytes", "table_length", "decode_symbol", "coded_length",
-    "block_length",
+    "lz_length", "copy_match", "hash_at", "chain_position", "sequence_bytes", "table_length", "decode_symbol",
+    "coded_length",
     # the palette's helpers: each compiled apart cost about half a second of the first use
     "colour_key", "hash_slot", "find_slot", "sort_keys", "tile_palette", "palette_indices", "palette_may_pay", "palette_table_bytes", "write_palette_table", "write_palette_member", "open_stream",
     "palette_sample",
@@ -115,7 +115,7 @@ def _compile_once_per_type(func):
     return _compile(func, _UnliteralDispatcher)
 
 
-_MODULES = [bitio, colour, huffman, lz, streams, compact, fast, palette]
+_MODULES = [bitio, colour, lz4block, huffman, lz, streams, compact, fast, palette]
 _REPLACED = None if numba.config.DISABLE_JIT else _REPLACEMENTS
 _dev = compile_device_functions(_MODULES, _compile, replacements=_REPLACED)
 _encoders = compile_device_functions(_MODULES, _compile_once_per_type, replacements=_REPLACED)

@@ -24,6 +24,7 @@ import numpy as np
 from .bitio import appended, peek_window, read_bits
 from .format import STATUS_CORRUPT, STATUS_OK
 from .jit import device
+from .lz4block import MIN_MATCH, copy_match, lz_length
 
 TABLES = 4
 LITERAL_TABLE = 0
@@ -40,7 +41,6 @@ TABLE_LONGEST = 0
 TABLE_SYMBOLS = MAX_CODE_BITS + 1
 TABLE_STARTS = TABLE_SYMBOLS + SYMBOLS
 TABLE_SIZE = TABLE_STARTS + MAX_CODE_BITS + 1
-MIN_MATCH = 4  # a token's match nibble counts from here (lz.py imports it)
 EXTENSION_BITS = 8
 
 
@@ -125,7 +125,7 @@ def decode_symbol(buf, bit_pos, tables, table):
 
 @device
 def coded_length(buf, bit_pos, end_bit, length):
-    """lz.lz_length in the bits: (length, bit position after it), the position -1 past end_bit."""
+    """lz4block.lz_length in the bits: (length, bit position after it), the position -1 past end_bit."""
     if length == 15:
         while True:
             if bit_pos + EXTENSION_BITS > end_bit:
@@ -170,12 +170,9 @@ def expand_coded_lz(buf, pos, end, tables, out, first, size):
             return STATUS_CORRUPT
         offset = low | (high << 8)
         match, bit = coded_length(buf, bit, end_bit, token & 15)
-        match += MIN_MATCH
-        if bit < 0 or offset == 0 or offset > produced or match > size - produced:
+        if bit < 0 or not copy_match(out, first, produced, offset, match + MIN_MATCH, size):
             return STATUS_CORRUPT
-        for i in range(match):  # byte by byte: a match may overlap its own output
-            out[first + produced + i] = out[first + produced - offset + i]
-        produced += match
+        produced += match + MIN_MATCH
 
 
 # ---------------------------------------------------------------- encoder (CPU only)
@@ -185,20 +182,6 @@ def expand_coded_lz(buf, pos, end, tables, out, first, size):
 def extension_count(length):
     """Extension bytes after a nibble of 15 (length: what the nibble left over)."""
     return length // 255 + 1
-
-
-@device
-def block_length(block, pos, nibble):
-    """lz.lz_length over a well-formed block: (length, position after it)."""
-    length = nibble
-    if nibble == 15:
-        while True:
-            byte = np.int64(block[pos])
-            pos += 1
-            length += byte
-            if byte != 255:
-                break
-    return length, pos
 
 
 @device
@@ -212,7 +195,7 @@ def count_symbols(block, pos, end, counts):
     while pos < end:
         token = np.int64(block[pos])
         counts[TOKEN_TABLE, token] += 1
-        literals, after = block_length(block, pos + 1, token >> 4)
+        literals, after = lz_length(block, pos + 1, end, token >> 4)
         extensions += after - pos - 1
         pos = after
         for i in range(literals):
@@ -222,7 +205,7 @@ def count_symbols(block, pos, end, counts):
             break
         counts[OFFSET_LOW_TABLE, block[pos]] += 1
         counts[OFFSET_HIGH_TABLE, block[pos + 1]] += 1
-        _, after = block_length(block, pos + 2, token & 15)
+        _, after = lz_length(block, pos + 2, end, token & 15)
         extensions += after - pos - 2
         pos = after
     return extensions
@@ -352,7 +335,7 @@ def write_coded_lz(block, pos, end, lengths, kind, out, start):
     while pos < end:
         token = np.int64(block[pos])
         at, acc, nacc = appended(out, at, acc, nacc, limit, codes[TOKEN_TABLE, token], lengths[TOKEN_TABLE, token])
-        literals, after = block_length(block, pos + 1, token >> 4)
+        literals, after = lz_length(block, pos + 1, end, token >> 4)
         for i in range(pos + 1, after):
             at, acc, nacc = appended(out, at, acc, nacc, limit, block[i], EXTENSION_BITS)
         pos = after
@@ -367,7 +350,7 @@ def write_coded_lz(block, pos, end, lengths, kind, out, start):
             value = block[pos]
             at, acc, nacc = appended(out, at, acc, nacc, limit, codes[table, value], lengths[table, value])
             pos += 1
-        _, after = block_length(block, pos, token & 15)
+        _, after = lz_length(block, pos, end, token & 15)
         for i in range(pos, after):
             at, acc, nacc = appended(out, at, acc, nacc, limit, block[i], EXTENSION_BITS)
         pos = after

@@ -22,8 +22,9 @@ thread per stream); kernels/lz.cu is its warp-wide twin.
 import numpy as np
 
 from .format import KIND_LZ, KIND_LZ_CODED, KIND_PIXEL_LZ, KIND_PIXEL_LZ_CODED, STATUS_CORRUPT, STATUS_OK
-from .huffman import MIN_MATCH, TABLES, SYMBOLS, coded_size, expand_coded_lz, write_coded_lz
+from .huffman import TABLES, SYMBOLS, coded_size, expand_coded_lz, write_coded_lz
 from .jit import device
+from .lz4block import MIN_MATCH, copy_match, lz_length
 
 MAX_OFFSET = 65535
 LAST_LITERALS = 5  # LZ4's end-of-block rules, which the encoder follows so that lz4 itself reads its blocks:
@@ -37,22 +38,6 @@ DOMINANT_SHARE = 4  # ... and looks for a value in a quarter of them
 SAME_AS_LEFT_PERCENT = 85  # ... or 85% of them equal to their left neighbour
 INSIDE_MATCH = 16  # positions at each end of a match that join the chains
 SKIP_AFTER = 32  # positions without a match before the search strides 2, then 3 ... positions
-
-
-@device
-def lz_length(buf, pos, end, length):
-    """A token nibble's length with its extension bytes (a nibble of 15 adds bytes until one is not
-    255): (length, position after it), the position -1 when the block ends inside it."""
-    if length == 15:
-        while True:
-            if pos >= end:
-                return np.int64(0), np.int64(-1)
-            byte = np.int64(buf[pos])
-            pos += 1
-            length += byte
-            if byte != 255:
-                break
-    return np.int64(length), np.int64(pos)
 
 
 @device
@@ -78,12 +63,9 @@ def expand_lz(buf, pos, end, out, first, size):
             return STATUS_CORRUPT
         offset = np.int64(buf[pos]) | (np.int64(buf[pos + 1]) << 8)
         match, pos = lz_length(buf, pos + 2, end, token & 15)
-        match += MIN_MATCH
-        if pos < 0 or offset == 0 or offset > produced or match > size - produced:
+        if pos < 0 or not copy_match(out, first, produced, offset, match + MIN_MATCH, size):
             return STATUS_CORRUPT
-        for i in range(match):  # byte by byte: a match may overlap its own output
-            out[first + produced + i] = out[first + produced - offset + i]
-        produced += match
+        produced += match + MIN_MATCH
 
 
 @device
