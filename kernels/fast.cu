@@ -393,25 +393,23 @@ L3_DEVICE void decode_fast_row(const unsigned char* __restrict__ data, FastShare
     __syncthreads();
 }
 
-// Row r of a raw stream (w samples from byte base) into row[0..w), a 4-byte word of the row per thread
-// and step: two aligned loads and a funnel shift per 4 bytes, not a load per byte (row is 4-byte aligned:
-// the ring's rows are tile_width samples, a multiple of 16, after FAST_FIXED_BYTES).
+// Row r of a raw stream (w samples from byte base) into row[0..w): each thread loads an aligned 4-byte
+// word of the stream (a warp's loads coalesce: each sector requested once) and stores its bytes that
+// belong to the row, not a bounds-checked load per byte.
 template <typename T>
 L3_DEVICE void stage_raw_row(const unsigned char* __restrict__ data, long long data_size, long long base, int w,
                              T* row, int tid) {
     const int bytes = w * (int)sizeof(T);
-    const long long aligned = base & ~3LL;
-    const int shift = (int)(base & 3) * 8;
+    const int skip = (int)(base & 3);  // the first word's bytes before the row
+    const long long aligned = base - skip;
     unsigned char* out = reinterpret_cast<unsigned char*>(row);
 #pragma unroll 1
-    for (int at = 4 * tid; at < bytes; at += 4 * FAST_THREADS) {
-        const unsigned lo = load_word(data, data_size, aligned + at);
-        const unsigned hi = shift ? load_word(data, data_size, aligned + at + 4) : 0u;
-        const unsigned word = shift ? (lo >> shift) | (hi << (32 - shift)) : lo;
-        if (at + 4 <= bytes) {
-            *reinterpret_cast<unsigned*>(out + at) = word;
-        } else {
-            for (int i = 0; at + i < bytes; ++i) out[at + i] = (unsigned char)(word >> (8 * i));
+    for (int at = 4 * tid; at < skip + bytes; at += 4 * FAST_THREADS) {
+        const unsigned word = load_word(data, data_size, aligned + at);
+L3_UNROLL
+        for (int i = 0; i < 4; ++i) {
+            const int to = at + i - skip;
+            if (to >= 0 && to < bytes) out[to] = (unsigned char)(word >> (8 * i));
         }
     }
 }

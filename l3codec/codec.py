@@ -45,9 +45,9 @@ def encode(
     (row-parallel; the smaller files of rendered graphics and text).
     transform: "subtract-green", "rg-mean" or "none"; default for 3-4 channels: the mode's
     format.DEFAULT_COLOUR_TRANSFORM.
+    tile_width: the mode's format.DEFAULT_TILE_WIDTH (512).
     tile_height: fast mode's default is format.DEFAULT_TILE_HEIGHT (64), or format.FLAT_TILE_HEIGHT where
-    that makes a smaller file of flat content; one channel then also tries twice the default tile_width
-    (see below).
+    that makes a smaller file of flat content, colour then in format.FLAT_COLOUR_TILE_WIDTH (see below).
     """
     from . import cpu
 
@@ -81,20 +81,17 @@ def encode(
     data, kind_bytes = _encode_planes(planes, header, tile_height)
     # Fast mode, flat content: taller tiles hold more of the glyphs and widgets a tile's LZ block can
     # copy and spread a palette's table and an LZ stream's code tables over more pixels; photographs
-    # gain nothing, and a crop then decodes whole 256-row tiles. One channel (pages of text, label
-    # maps) also tries tiles twice as wide, two per 64 KiB LZ window: grey pages of text 1.02 -> 0.83x
-    # their PNG files (bench/results/codecs-vs-source.md), while RGB screens lose (0.52 -> 0.53).
-    # Each candidate is kept only where smaller.
+    # gain nothing, and a crop then decodes whole 256-row tiles. Colour takes 256-wide tiles there,
+    # one channel (pages of text, label maps) the default 512: screens of coloured text 0.52x their
+    # PNG files at 256 wide, 0.53x at 512; grey pages of text 1.02x at 256, 0.83x at 512
+    # (bench/results/codecs-vs-source.md). Kept only where smaller.
     if mode_id == fmt.MODE_FAST and not chosen_height and height > tile_height:
         flat = sum(kind_bytes[kind] for kind in _FLAT_KINDS)
         if flat >= FLAT_SHARE * kind_bytes.sum():
-            widths = [tile_width]
-            if channels == 1 and not chosen_width and width > tile_width:
-                widths.append(min(2 * tile_width, fmt.MAX_TILE_WIDTH))
-            for candidate_width in widths:
-                taller, _ = _encode_planes(planes, dict(header, tile_width=candidate_width), fmt.FLAT_TILE_HEIGHT)
-                if len(taller) < len(data):
-                    data = taller
+            flat_width = tile_width if chosen_width or channels == 1 else fmt.FLAT_COLOUR_TILE_WIDTH
+            taller, _ = _encode_planes(planes, dict(header, tile_width=flat_width), fmt.FLAT_TILE_HEIGHT)
+            if len(taller) < len(data):
+                return taller
     return data
 
 

@@ -63,6 +63,7 @@ FAST_MIN_TILE_HEIGHT = 8
 FAST_MAX_TILE_HEIGHT = 256
 FAST_TILE_HEIGHT_STEP = 8
 FLAT_TILE_HEIGHT = 256  # the encoder's fast tile height for flat graphics and text, where smaller (codec.encode)
+FLAT_COLOUR_TILE_WIDTH = 256  # ... and its tile width for colour (2+ channels) there; one channel keeps the default
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,7 @@ MODE_SPECS = {
                        default_tile_width=512, default_tile_height=COMPACT_TILE_HEIGHT,
                        default_transform=TRANSFORM_RGB_MEAN),
     MODE_FAST: Mode(MODE_FAST, "fast", range(FAST_MIN_TILE_HEIGHT, FAST_MAX_TILE_HEIGHT + 1, FAST_TILE_HEIGHT_STEP),
-                    default_tile_width=256, default_tile_height=64, default_transform=TRANSFORM_RGB_MEAN),
+                    default_tile_width=512, default_tile_height=64, default_transform=TRANSFORM_RGB_MEAN),
 }
 MODE_NAMES = {mode.id: mode.name for mode in MODE_SPECS.values()}
 MODES = {mode.name: mode.id for mode in MODE_SPECS.values()}

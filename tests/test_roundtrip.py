@@ -239,26 +239,26 @@ def test_fast_code_tables_name_each_form_once(bits):
 
 
 def test_fast_mode_takes_taller_tiles_for_flat_content_where_smaller():
-    """codec.encode's fast default: taller tiles where a file of flat content (palette and LZ streams)
-    is smaller so, for one channel also twice as wide; 64 rows for photographs and an explicit
-    tile_height; the smallest candidate is kept."""
-    screen = make_image("coloured_text", 300, 256, 3, np.uint8, 4)
+    """codec.encode's fast default: 512 x 64 tiles, or taller ones where a file of flat content (palette
+    and LZ streams) is smaller so, colour in 256-wide tiles; 64 rows for photographs and an explicit
+    tile_height."""
+    screen = make_image("coloured_text", 300, 600, 3, np.uint8, 4)
     data = l3codec.encode(screen, mode="fast")
-    assert l3codec.info(data).tile_height == fmt.FLAT_TILE_HEIGHT
+    assert (l3codec.info(data).tile_width, l3codec.info(data).tile_height) == (fmt.FLAT_COLOUR_TILE_WIDTH,
+                                                                               fmt.FLAT_TILE_HEIGHT)
     assert len(data) < len(l3codec.encode(screen, mode="fast", tile_height=64))
     np.testing.assert_array_equal(l3codec.decode(data), screen)
-    np.testing.assert_array_equal(l3codec.decode(data, region=(100, 30, 50, 60)), screen[100:150, 30:90])
+    np.testing.assert_array_equal(l3codec.decode(data, region=(100, 30, 50, 300)), screen[100:150, 30:330])
     page = make_image("text", 300, 600, 1, np.uint8, 4)
     data = l3codec.encode(page, mode="fast")
-    candidates = [len(l3codec.encode(page, mode="fast", tile_width=w, tile_height=h))
-                  for w, h in ((256, 64), (256, fmt.FLAT_TILE_HEIGHT), (512, fmt.FLAT_TILE_HEIGHT))]
-    assert len(data) == min(candidates) < candidates[0]
-    assert l3codec.info(data).tile_height == fmt.FLAT_TILE_HEIGHT
+    assert (l3codec.info(data).tile_width, l3codec.info(data).tile_height) == (512, fmt.FLAT_TILE_HEIGHT)
+    assert len(data) < len(l3codec.encode(page, mode="fast", tile_height=64))
     np.testing.assert_array_equal(l3codec.decode(data, region=(10, 250, 200, 300)), page[10:210, 250:550])
-    photo = make_image("smooth_noise", 300, 256, 3, np.uint8, 4)
-    assert l3codec.info(l3codec.encode(photo, mode="fast")).tile_height == 64
+    photo = make_image("smooth_noise", 300, 600, 3, np.uint8, 4)
+    assert (l3codec.info(l3codec.encode(photo, mode="fast")).tile_width,
+            l3codec.info(l3codec.encode(photo, mode="fast")).tile_height) == (512, 64)
     assert l3codec.info(l3codec.encode(screen, mode="fast", tile_height=64)).tile_height == 64
-    assert l3codec.info(l3codec.encode(page, mode="fast", tile_width=256)).tile_width == 256
+    assert l3codec.info(l3codec.encode(screen, mode="fast", tile_width=512)).tile_width == 512
     assert l3codec.info(l3codec.encode(screen, mode="compact")).tile_height == 32
 
 
