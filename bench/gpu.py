@@ -399,6 +399,8 @@ def sass_report(out) -> dict:
 _OBJDUMP_FUNCTION = re.compile(r"^[0-9a-f]+ <(.+)>:$")
 _OBJDUMP_INSTRUCTION = re.compile(r"^\s+([0-9a-f]+):\s+(.*)$")
 MODE_KERNELS = {"compact": ("l3_decode_compact", "compact.cu"), "fast": ("l3_decode_fast", "fast.cu")}
+# the LZ streams' expansion, which runs before either mode's decode (kernels/lz.cu), priced alike
+KERNELS = {**MODE_KERNELS, "expansion": ("l3_expand_lz", "lz.cu")}
 
 
 def host_blocks(library_path: str) -> dict:
@@ -434,8 +436,8 @@ def host_blocks(library_path: str) -> dict:
     lookup = subprocess.run(["addr2line", "-a", "-i", "-f", "-e", library_path],
                             input="\n".join(map(hex, addresses)), capture_output=True, text=True,
                             check=True).stdout.splitlines()
-    keys = {kernel: {} for kernel in MODE_KERNELS}
-    copies = {kernel: {} for kernel in MODE_KERNELS}
+    keys = {kernel: {} for kernel in KERNELS}
+    copies = {kernel: {} for kernel in KERNELS}
     index = 0
     for address in addresses:
         assert lookup[index].startswith("0x"), lookup[index]
@@ -446,9 +448,9 @@ def host_blocks(library_path: str) -> dict:
             file, _, number = place.rpartition(":")
             chain.append((name, pathlib.Path(file).name, int(number) if number.isdigit() else 0))
             index += 2
-        if not chain or chain[0][1] not in ("compact.cu", "fast.cu", "l3_common.cuh", "l3_batch.cuh"):
+        if not chain or chain[0][1] not in ("compact.cu", "fast.cu", "lz.cu", "l3_common.cuh", "l3_batch.cuh"):
             continue
-        mode = next((m for m, (kernel, source) in MODE_KERNELS.items()
+        mode = next((m for m, (kernel, source) in KERNELS.items()
                      if chain[-1][0] == kernel or chain[-1][1] == source), None)
         if mode is None:
             continue
@@ -492,20 +494,25 @@ def sass_per_sample_report(frames: list, sass_lines: dict, out) -> None:
           "inlines differently) is left out, and so are the blocks a BRA.DIV jumps to (a shuffle's path "
           "for a diverged warp; the emulation's shuffles wait for every lane) and compiler subroutines "
           "without line information. Write-out: the lines of write_tile_sectors and what it inlines.\n", file=out)
-    print("| mode | frames | warp-instructions per sample | of which write-out "
+    print("| mode | frames | warp-instructions per sample | of which write-out | LZ expansion (its kernel) "
           "| SASS not matched to a line the emulation ran | top source lines (instructions per sample) |", file=out)
-    print("|---|---|---|---|---|---|", file=out)
+    print("|---|---|---|---|---|---|---|", file=out)
     per_sample = {}
     for mode, (kernel, _) in MODE_KERNELS.items():
         coverage = WarpCoverage()
         samples, _ = emulate_frames(frames, mode, coverage=coverage)
         keys, copies = host_blocks(coverage.library_path)
-        runs_by_key = {}
-        for block, runs in coverage.runs.items():
-            for key, share in keys[mode].get(block, ()):
-                runs_by_key[key] = runs_by_key.get(key, 0) + runs * share
-        sass = sass_lines.get(kernel, {})
-        cost = {key: runs * sass[key] / copies[mode][key] for key, runs in runs_by_key.items() if key in sass}
+
+        def priced(name):  # {inline stack: warp-instructions run} of a kernel of KERNELS, and its SASS
+            runs_by_key = {}
+            for block, runs in coverage.runs.items():
+                for key, share in keys[name].get(block, ()):
+                    runs_by_key[key] = runs_by_key.get(key, 0) + runs * share
+            sass = sass_lines.get(KERNELS[name][0], {})
+            return {key: runs * sass[key] / copies[name][key] for key, runs in runs_by_key.items() if key in sass}, sass
+
+        cost, sass = priced(mode)
+        expansion = sum(priced("expansion")[0].values()) / samples
         unmatched = sum(n for key, n in sass.items() if key not in copies[mode])
         write_out = sum(c for key, c in cost.items() if _in_write_out(key))
         top = sorted(cost.items(), key=lambda item: -item[1])[:5]
@@ -516,8 +523,8 @@ def sass_per_sample_report(frames: list, sass_lines: dict, out) -> None:
                 print(mode, " < ".join(f"{name}:{number}" for name, number in key[:3]), f"{c / samples:.3f}",
                       file=sys.stderr)
         print(f"| {mode} | {len(frames)} | {sum(cost.values()) / samples:.2f} | {write_out / samples:.2f} | "
-              f"{unmatched / max(sum(sass.values()), 1):.0%} | {described} |", file=out)
-        per_sample[mode] = sum(cost.values()) / samples
+              f"{expansion:.2f} | {unmatched / max(sum(sass.values()), 1):.0%} | {described} |", file=out)
+        per_sample[mode] = sum(cost.values()) / samples + expansion
     throughput_estimate(per_sample, out)
 
 
@@ -529,15 +536,17 @@ H100_SMS, H100_CLOCK_HZ, ISSUE_PER_CYCLE = 132, 1.755e9, (2.0, 4.0)
 
 
 def throughput_estimate(per_sample: dict, out) -> None:
-    """Decoded GB/s on one H100 implied by the warp-instructions per sample, for a range of
-    instructions per cycle; 8-bit samples (one byte each), issue-bound, memory and latency free."""
+    """Decoded GB/s on one H100 implied by the warp-instructions per sample (decode and LZ expansion), for a
+    range of instructions per cycle; 8-bit samples (one byte each), issue-bound, memory and latency free."""
     print("\n## Decoded output on one H100 implied by those counts (ESTIMATE)\n", file=out)
     print(f"Assumed: {H100_SMS} SMs at {H100_CLOCK_HZ / 1e9:.3f} GHz, {ISSUE_PER_CYCLE[0]:g} to "
           f"{ISSUE_PER_CYCLE[1]:g} warp-instructions issued per cycle per SM (4 schedulers; the integer "
           "pipes these kernels use most are 16 lanes wide, so half rate); GB/s = SMs x clock x issue rate / "
-          "warp-instructions per sample, one byte per sample. Issue-bound only: memory latency, occupancy "
-          "and launch gaps lower it further.\n", file=out)
-    print("| mode | warp-instructions per sample | GB/s at 2 per cycle | GB/s at 4 per cycle |", file=out)
+          "warp-instructions per sample (the decode's and the LZ expansion's), one byte per sample. Issue-bound "
+          "only: memory latency, occupancy and launch gaps lower it further, and an LZ stream's expansion by "
+          "one warp is a serial chain (latency-bound where a coded stream is long).\n", file=out)
+    print("| mode | warp-instructions per sample, with LZ expansion | GB/s at 2 per cycle | GB/s at 4 per cycle |",
+          file=out)
     print("|---|---|---|---|", file=out)
     for mode, count in per_sample.items():
         low, high = (H100_SMS * H100_CLOCK_HZ * rate / count / 1e9 for rate in ISSUE_PER_CYCLE)

@@ -458,7 +458,12 @@ def decode_batch_emulated(
     expansions["prefix_start"] += data.shift
     out = aligned_full(batch.out_size + CANARY_BYTES, CANARY)
     status = np.zeros(len(batch.infos), np.int32)
+    if coverage is not None:  # the LZ expansion's blocks count too (bench/gpu.py prices them apart)
+        lib.l3emu_coverage_start()
     expand_emulated(data.array, expansions, status, order, seed, lib=lib)
+    if coverage is not None:
+        lib.l3emu_coverage_stop()
+        coverage.add_from(lib)
     for launch in batch.launches:
         table_items = np.array(launch.items)
         table_items["data_end"] += data.shift

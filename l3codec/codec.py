@@ -83,15 +83,24 @@ def encode(
     # copy and spread a palette's table and an LZ stream's code tables over more pixels; photographs
     # gain nothing, and a crop then decodes whole 256-row tiles. Colour takes 256-wide tiles there,
     # one channel (pages of text, label maps) the default 512: screens of coloured text 0.52x their
-    # PNG files at 256 wide, 0.53x at 512; grey pages of text 1.02x at 256, 0.83x at 512
-    # (bench/results/codecs-vs-source.md). Kept only where smaller.
-    if mode_id == fmt.MODE_FAST and not chosen_height and height > tile_height:
-        flat = sum(kind_bytes[kind] for kind in _FLAT_KINDS)
-        if flat >= FLAT_SHARE * kind_bytes.sum():
+    # PNG files at 256 wide, 0.53x at 512; grey pages of text 1.02x at 256, 0.83x at 512. A colour
+    # image with some palette or LZ tiles also tries 256 x 64 (a wallpaper 0.80x at 512, 0.75x at 256;
+    # photographs without them are 0.1-0.2% smaller at 512). Each kept only where smaller, narrower
+    # tiles by 1% (bench/results/codecs-vs-source.md).
+    if mode_id == fmt.MODE_FAST:
+        share = sum(kind_bytes[kind] for kind in _FLAT_KINDS) / kind_bytes.sum()
+        candidates = []
+        if channels > 1 and not chosen_width and share >= NARROW_SHARE and width > fmt.FLAT_COLOUR_TILE_WIDTH:
+            candidates.append((fmt.FLAT_COLOUR_TILE_WIDTH, tile_height))
+        if share >= FLAT_SHARE and not chosen_height and height > tile_height:
             flat_width = tile_width if chosen_width or channels == 1 else fmt.FLAT_COLOUR_TILE_WIDTH
-            taller, _ = _encode_planes(planes, dict(header, tile_width=flat_width), fmt.FLAT_TILE_HEIGHT)
-            if len(taller) < len(data):
-                return taller
+            candidates.append((flat_width, fmt.FLAT_TILE_HEIGHT))
+        for candidate_width, candidate_height in candidates:
+            other, _ = _encode_planes(planes, dict(header, tile_width=candidate_width), candidate_height)
+            # narrower tiles cost a GPU more per sample (docs/gpu.md): they must save NARROW_GAIN
+            needed = len(data) * (1 - NARROW_GAIN) if candidate_width < tile_width else len(data)
+            if len(other) < needed:
+                data = other
     return data
 
 
@@ -100,6 +109,8 @@ def encode(
 # more (taller tiles: 0.6-0.9x the file), a logo 0.27 (0.84x); photographs with a sky 0.14-0.26
 # (0.99-1.04x), which would pay a second coding for 1% at best
 FLAT_SHARE = 0.25
+NARROW_SHARE = 0.02  # ... and a colour image's 256 x 64 tiles where they hold this share,
+NARROW_GAIN = 0.01  # kept where 1% smaller
 _FLAT_KINDS = (fmt.KIND_LZ, fmt.KIND_PIXEL_LZ, fmt.KIND_LZ_CODED, fmt.KIND_PIXEL_LZ_CODED, fmt.KIND_PALETTE,
                fmt.KIND_PALETTE_MEMBER)
 

@@ -285,7 +285,7 @@ def _encode_compact_streams(planes, grid, bits, out, slot_bytes, sizes, first, s
         tile = _stream_tile(planes, stream, grid)
         start = stream * slot_bytes
         sizes[stream] = smaller_as_lz(tile, bits, out, start, encode_compact_stream(tile, bits, out, start),
-                                      raw, block, head, chain)
+                                      raw, block, head, chain, planes.shape[0] == 1)
 
 
 @_cached
@@ -295,7 +295,7 @@ def _encode_fast_streams(planes, grid, bits, out, slot_bytes, sizes, first, stop
         tile = _stream_tile(planes, stream, grid)
         start = stream * slot_bytes
         sizes[stream] = smaller_as_lz(tile, bits, out, start, encode_fast_stream(tile, bits, out, start),
-                                      raw, block, head, chain)
+                                      raw, block, head, chain, planes.shape[0] == 1)
 
 
 # Palette tiles, in three passes over the tiles so that the index planes are coded by the very

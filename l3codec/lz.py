@@ -139,13 +139,16 @@ def hash_at(raw, i):
 
 
 @device
-def lz_may_pay(tile, counts):
+def lz_may_pay(tile, counts, repeats):
     """Whether to look for an LZ stream of a tile plane (2-D view) at all, judged on every
     SAMPLE_STEP-th sample: one low byte is at least 1/DOMINANT_SHARE of them (the backgrounds of
-    text and diagrams), or at least SAME_AS_LEFT_PERCENT per cent of them equal their left neighbour (label maps of
-    many regions, none dominant, whose rows an LZ match copies from the row above). In a photograph
-    the commonest value is a few per cent and few samples repeat their neighbour, and the match search
-    would cost the encoder a third of its speed there (hires2048) for nothing."""
+    text and diagrams), or, where `repeats` (a one-channel image: label maps), at least
+    SAME_AS_LEFT_PERCENT per cent of them equal their left neighbour (label maps of many regions, none
+    dominant, whose rows an LZ match copies from the row above). In a photograph the commonest value
+    is a few per cent, and the match search would cost the encoder a third of its speed there
+    (hires2048) for nothing; a colour photograph's sky repeats its neighbours too, but an LZ stream
+    of it saves a fraction of a per cent and costs a GPU several times its decode to expand
+    (bench/results/gpu.md), so colour takes the first test alone."""
     for value in range(256):
         counts[value] = 0
     samples = 0
@@ -159,7 +162,7 @@ def lz_may_pay(tile, counts):
     top = 0
     for value in range(256):
         top = max(top, counts[value])
-    return top * DOMINANT_SHARE >= samples or same * 100 >= samples * SAME_AS_LEFT_PERCENT
+    return top * DOMINANT_SHARE >= samples or (repeats and same * 100 >= samples * SAME_AS_LEFT_PERCENT)
 
 
 @device
@@ -307,13 +310,14 @@ def smallest_lz(block, end, limit, kind, coded_kind, out, start):
 
 
 @device
-def smaller_as_lz(tile, bits, out, start, size, raw, block, head, chain):
+def smaller_as_lz(tile, bits, out, start, size, raw, block, head, chain, repeats):
     """The stream of `size` bytes at out[start:] (the tile plane's, coded by its mode), replaced by
     an LZ stream, plain or coded, where that is smaller; returns the stream's size. raw, block, head,
-    chain: scratch (lz_scratch; head counts lz_may_pay's low bytes before it heads the hash chains)."""
+    chain: scratch (lz_scratch; head counts lz_may_pay's low bytes before it heads the hash chains);
+    repeats: the plane is a one-channel image's (lz_may_pay)."""
     if size <= 1 + bits // 8:  # constant
         return size
-    if tile.size * (bits // 8) <= MATCH_START_LIMIT or not lz_may_pay(tile, head):
+    if tile.size * (bits // 8) <= MATCH_START_LIMIT or not lz_may_pay(tile, head, repeats):
         return size
     count = raw_bytes(tile, bits, raw)
     end = encode_lz_block(raw, count, block, 1, min(size + size // PLAIN_SLACK, block.shape[0]), head, chain)
@@ -329,7 +333,7 @@ def pixel_lz_stream(pixels, bits, out, start, limit, raw, block, head, chain):
     smaller than `limit` bytes: its size, else 0 and out unchanged. Tried only where every plane passes
     lz_may_pay. raw, block, head, chain: lz_scratch for the tile's samples of every channel."""
     for channel in range(pixels.shape[0]):
-        if not lz_may_pay(pixels[channel], head):
+        if not lz_may_pay(pixels[channel], head, False):
             return 0
     count = pixel_bytes(pixels, bits, raw)
     if count <= MATCH_START_LIMIT:

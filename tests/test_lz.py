@@ -184,8 +184,8 @@ def test_photographs_pay_no_match_search():
         data = l3codec.encode(image, mode=mode)
         assert not [s for s, start, _ in plane_streams(data) if lz.is_lz(data[start]) or lz.is_pixel_lz(data[start])]
     histogram = np.empty(1 << lz.HASH_BITS, np.int32)
-    assert not _encoders.lz_may_pay(image[:, :, 1], histogram)
-    assert _encoders.lz_may_pay(make_image("text", 64, 256, 1, np.uint8, 2), histogram)
+    assert not _encoders.lz_may_pay(image[:, :, 1], histogram, True)
+    assert _encoders.lz_may_pay(make_image("text", 64, 256, 1, np.uint8, 2), histogram, False)
 
 
 def contour_map(height, width):
@@ -197,12 +197,13 @@ def contour_map(height, width):
 
 
 def test_label_maps_of_many_regions_are_searched_for_matches():
-    """lz_may_pay lets through a plane whose samples mostly repeat their left neighbour though no value
-    dominates, and the match search then shrinks its streams in both modes."""
+    """lz_may_pay lets through a one-channel image's plane whose samples mostly repeat their left
+    neighbour though no value dominates, and the match search then shrinks its streams in both modes."""
     labels = contour_map(64, 256)
     assert np.bincount(labels.ravel()).max() * lz.DOMINANT_SHARE < labels.size
     histogram = np.empty(1 << lz.HASH_BITS, np.int32)
-    assert _encoders.lz_may_pay(labels, histogram)
+    assert _encoders.lz_may_pay(labels, histogram, True)
+    assert not _encoders.lz_may_pay(labels, histogram, False)  # as a colour plane: the dominant-value test alone
     for mode in ("compact", "fast"):
         data = l3codec.encode(labels, mode=mode)
         assert [s for s, start, _ in plane_streams(data) if lz.is_lz(data[start])]

@@ -241,8 +241,9 @@ def test_fast_code_tables_name_each_form_once(bits):
 def test_fast_mode_takes_taller_tiles_for_flat_content_where_smaller():
     """codec.encode's fast default: 512 x 64 tiles, or taller ones where a file of flat content (palette
     and LZ streams) is smaller so, colour in 256-wide tiles; 64 rows for photographs and an explicit
-    tile_height."""
+    tile_height; colour with some palette or LZ tiles in 256 x 64 where that is 1% smaller."""
     screen = make_image("coloured_text", 300, 600, 3, np.uint8, 4)
+    photo = make_image("smooth_noise", 300, 600, 3, np.uint8, 4)
     data = l3codec.encode(screen, mode="fast")
     assert (l3codec.info(data).tile_width, l3codec.info(data).tile_height) == (fmt.FLAT_COLOUR_TILE_WIDTH,
                                                                                fmt.FLAT_TILE_HEIGHT)
@@ -254,10 +255,18 @@ def test_fast_mode_takes_taller_tiles_for_flat_content_where_smaller():
     assert (l3codec.info(data).tile_width, l3codec.info(data).tile_height) == (512, fmt.FLAT_TILE_HEIGHT)
     assert len(data) < len(l3codec.encode(page, mode="fast", tile_height=64))
     np.testing.assert_array_equal(l3codec.decode(data, region=(10, 250, 200, 300)), page[10:210, 250:550])
-    photo = make_image("smooth_noise", 300, 600, 3, np.uint8, 4)
     assert (l3codec.info(l3codec.encode(photo, mode="fast")).tile_width,
             l3codec.info(l3codec.encode(photo, mode="fast")).tile_height) == (512, 64)
     assert l3codec.info(l3codec.encode(screen, mode="fast", tile_height=64)).tile_height == 64
+    # colour with palette or LZ tiles also tries 256 x 64, kept where 1% smaller: text beside a photograph,
+    # which a 512-wide tile mixes (so no LZ stream pays there); not the screen, whose tiles are all text
+    mixed = np.concatenate([screen[:200, :256], photo[:200, :344]], axis=1)
+    for image, width in ((mixed, 256), (screen, 512)):
+        wide, narrow = (len(l3codec.encode(image, mode="fast", tile_width=w, tile_height=64)) for w in (512, 256))
+        chosen = l3codec.encode(image, mode="fast", tile_height=64)
+        assert l3codec.info(chosen).tile_width == width and len(chosen) == (narrow if width == 256 else wide)
+        assert (narrow < 0.99 * wide) == (width == 256)
+        np.testing.assert_array_equal(l3codec.decode(chosen), image)
     assert l3codec.info(l3codec.encode(screen, mode="fast", tile_width=512)).tile_width == 512
     assert l3codec.info(l3codec.encode(screen, mode="compact")).tile_height == 32
 
