@@ -19,7 +19,7 @@
 namespace l3 {
 
 enum : int {
-    LZ_MIN_MATCH = 4,     // lz.MIN_MATCH
+    LZ_MIN_MATCH = 4,     // lz4block.MIN_MATCH
     LZ_WARPS_PER_BLOCK = 4,
 };
 enum : int {  // huffman.py

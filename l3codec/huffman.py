@@ -170,9 +170,10 @@ def expand_coded_lz(buf, pos, end, tables, out, first, size):
             return STATUS_CORRUPT
         offset = low | (high << 8)
         match, bit = coded_length(buf, bit, end_bit, token & 15)
-        if bit < 0 or not copy_match(out, first, produced, offset, match + MIN_MATCH, size):
+        match += MIN_MATCH
+        if bit < 0 or not copy_match(out, first, produced, offset, match, size):
             return STATUS_CORRUPT
-        produced += match + MIN_MATCH
+        produced += match
 
 
 # ---------------------------------------------------------------- encoder (CPU only)

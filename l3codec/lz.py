@@ -63,9 +63,10 @@ def expand_lz(buf, pos, end, out, first, size):
             return STATUS_CORRUPT
         offset = np.int64(buf[pos]) | (np.int64(buf[pos + 1]) << 8)
         match, pos = lz_length(buf, pos + 2, end, token & 15)
-        if pos < 0 or not copy_match(out, first, produced, offset, match + MIN_MATCH, size):
+        match += MIN_MATCH
+        if pos < 0 or not copy_match(out, first, produced, offset, match, size):
             return STATUS_CORRUPT
-        produced += match + MIN_MATCH
+        produced += match
 
 
 @device
@@ -81,10 +82,16 @@ def is_pixel_lz(kind):
 
 
 @device
+def is_coded_lz(kind):
+    """A Huffman-coded LZ stream (kind 8 or 9), whose expansion needs code tables."""
+    return kind == KIND_LZ_CODED or kind == KIND_PIXEL_LZ_CODED
+
+
+@device
 def expand_lz_stream(buf, start, end, tables, out, first, size):
     """The LZ stream buf[start:end] of any LZ kind (6-9: plain or Huffman-coded) into out[first:first + size]:
     its status. tables: huffman.TABLES x huffman.TABLE_SIZE scratch for a coded stream's codes."""
-    if buf[start] == KIND_LZ_CODED or buf[start] == KIND_PIXEL_LZ_CODED:
+    if is_coded_lz(buf[start]):
         return expand_coded_lz(buf, start + 1, end, tables, out, first, size)
     return expand_lz(buf, start + 1, end, out, first, size)
 
@@ -157,7 +164,7 @@ def lz_may_pay(tile, counts, repeats):
         for col in range(row % SAMPLE_STEP, tile.shape[1], SAMPLE_STEP):
             counts[np.int64(tile[row, col]) & 255] += 1
             samples += 1
-            if col > 0 and tile[row, col] == tile[row, col - 1]:
+            if repeats and col > 0 and tile[row, col] == tile[row, col - 1]:
                 same += 1
     top = 0
     for value in range(256):
@@ -314,7 +321,8 @@ def smaller_as_lz(tile, bits, out, start, size, raw, block, head, chain, repeats
     """The stream of `size` bytes at out[start:] (the tile plane's, coded by its mode), replaced by
     an LZ stream, plain or coded, where that is smaller; returns the stream's size. raw, block, head,
     chain: scratch (lz_scratch; head counts lz_may_pay's low bytes before it heads the hash chains);
-    repeats: the plane is a one-channel image's (lz_may_pay)."""
+    repeats: the plane is a one-channel image's, or a palette's index plane, which the encoder codes
+    as one (lz_may_pay)."""
     if size <= 1 + bits // 8:  # constant
         return size
     if tile.size * (bits // 8) <= MATCH_START_LIMIT or not lz_may_pay(tile, head, repeats):

@@ -11,7 +11,7 @@ from .format import (KIND_CODED, KIND_CODED_EXTENDED, KIND_CONSTANT, KIND_PALETT
                      PALETTE_HEADER_BYTES, STATUS_BAD_KIND, STATUS_BAD_SIZE, STATUS_OK, L3Error, parse)
 from .huffman import TABLE_SIZE, TABLES
 from .jit import device
-from .lz import expand_lz_stream, is_lz, is_pixel_lz, pixel_offset
+from .lz import expand_lz_stream, is_coded_lz, is_lz, is_pixel_lz, pixel_offset
 
 PLANE_OWN = 0  # open_stream's colours for a stream that codes its own plane (kinds 0-2, 5, 6, 8)
 PLANE_MEMBER = -1  # ... for a member (kind 4): the tile's channel-0 stream writes its plane
@@ -170,14 +170,22 @@ def encode_uncoded(tile, bits, out, start, constant):
 
 
 @device
+def expanded_lz(buf, start, end, size):
+    """The LZ stream buf[start:end] (kinds 6-9) expanded into a new array of `size` bytes: (status, the
+    array); the code tables' scratch only for a coded stream."""
+    raw = np.empty(size, np.uint8)
+    tables = np.empty((TABLES, TABLE_SIZE) if is_coded_lz(buf[start]) else (1, 1), np.int32)
+    return expand_lz_stream(buf, start, end, tables, raw, 0, size), raw
+
+
+@device
 def decode_uncoded(buf, start, end, tile, bits):
     """Check a stream's kind and size and fill tile if it is constant, raw or LZ: (status, coded),
     where coded says the mode's own decoder must take it."""
     height, width = tile.shape
     kind = buf[start]
     if is_lz(kind):  # expanded to the raw stream's bytes, then read as those
-        raw = np.empty(height * width * (bits // 8), np.uint8)
-        status = expand_lz_stream(buf, start, end, np.empty((TABLES, TABLE_SIZE), np.int32), raw, 0, raw.shape[0])
+        status, raw = expanded_lz(buf, start, end, height * width * (bits // 8))
         if status == STATUS_OK:
             for row in range(height):
                 for col in range(width):
@@ -198,8 +206,7 @@ def decode_pixel_lz(buf, start, end, pixels, bits):
     column): its status (STATUS_CORRUPT when the block does not make exactly the tile's samples)."""
     channels, height, width = pixels.shape
     bytes_per_sample = bits // 8
-    raw = np.empty(channels * height * width * bytes_per_sample, np.uint8)
-    status = expand_lz_stream(buf, start, end, np.empty((TABLES, TABLE_SIZE), np.int32), raw, 0, raw.shape[0])
+    status, raw = expanded_lz(buf, start, end, channels * height * width * bytes_per_sample)
     if status == STATUS_OK:
         for channel in range(channels):
             for row in range(height):
