@@ -512,16 +512,18 @@ def sass_per_sample_report(frames: list, sass_lines: dict, out) -> None:
             return {key: runs * sass[key] / copies[name][key] for key, runs in runs_by_key.items() if key in sass}, sass
 
         cost, sass = priced(mode)
-        expansion = sum(priced("expansion")[0].values()) / samples
+        expansion_cost = priced("expansion")[0]
+        expansion = sum(expansion_cost.values()) / samples
         unmatched = sum(n for key, n in sass.items() if key not in copies[mode])
         write_out = sum(c for key, c in cost.items() if _in_write_out(key))
         top = sorted(cost.items(), key=lambda item: -item[1])[:5]
         described = ", ".join(" < ".join(f"{name}:{number}" for name, number in k[:2]) + f" {c / samples:.2f}"
                               for k, c in top)
         if os.environ.get("L3_SASS_LINES"):  # every priced line, for a closer look
-            for key, c in sorted(cost.items(), key=lambda item: -item[1]):
-                print(mode, " < ".join(f"{name}:{number}" for name, number in key[:3]), f"{c / samples:.3f}",
-                      file=sys.stderr)
+            for label, lines in ((mode, cost), (f"{mode} expansion", expansion_cost)):
+                for key, c in sorted(lines.items(), key=lambda item: -item[1]):
+                    print(label, " < ".join(f"{name}:{number}" for name, number in key[:3]), f"{c / samples:.3f}",
+                          file=sys.stderr)
         print(f"| {mode} | {len(frames)} | {sum(cost.values()) / samples:.2f} | {write_out / samples:.2f} | "
               f"{expansion:.2f} | {unmatched / max(sum(sass.values()), 1):.0%} | {described} |", file=out)
         per_sample[mode] = sum(cost.values()) / samples + expansion

@@ -10,8 +10,10 @@
 //
 // Every lane reads the same token and length bytes (branches stay warp-uniform); the lanes copy a
 // sequence's literals and its match 32 bytes at a time. A Huffman-coded block (kinds 8 and 9,
-// l3codec/huffman.py): lane 0 reads its code tables into the warp's shared LzCodes, then every lane
-// decodes every symbol (the same bits, so the same branches) and lane i writes literals i, i + 32 ... A match may overlap its own output: its
+// l3codec/huffman.py): lane 0 reads its code tables into the warp's shared LzCodes, the lanes build
+// lookup tables from them (codes of up to LZ_LOOKUP_BITS bits in one read; longer ones walk the
+// canonical code as huffman.decode_symbol does), then every lane decodes every symbol (the same bits,
+// so the same branches) and lane i writes literals i, i + 32 ... A match may overlap its own output: its
 // byte j repeats byte j mod offset of the `offset` bytes before it, which are all written before
 // the match starts, so no lane waits on another's byte of the same match.
 #include "l3_common.cuh"
@@ -32,6 +34,7 @@ enum : int {  // huffman.py
     LZ_BITMAP_BYTES = 32,
     LZ_SYMBOLS = 256,
     LZ_EXTENSION_BITS = 8,
+    LZ_LOOKUP_BITS = 10,  // codes this short decode in one shared-memory read (lz_fill_lookup)
 };
 
 // a coded block's canonical codes (huffman.read_tables' tables), one per warp in the dynamic shared memory
@@ -39,9 +42,12 @@ struct LzCodes {
     unsigned short counts[LZ_TABLES][LZ_MAX_CODE_BITS + 1];  // codes of each length
     unsigned short starts[LZ_MAX_CODE_BITS + 1];             // read_tables' scratch
     unsigned char symbols[LZ_TABLES][LZ_SYMBOLS];            // symbols in code order
-    long long after_tables;                                  // lane 0's read_tables: the byte after them, or -1
+    // the next LZ_LOOKUP_BITS bits of a table's code -> its symbol | its length << 8; 0 where no code
+    // that short matches them
+    unsigned short lookup[LZ_TABLES][1 << LZ_LOOKUP_BITS];
+    long long after_tables;  // lane 0's read_tables: the byte after them, or -1
 };
-enum : int { LZ_SHARED_BYTES_PER_WARP = 1192 };  // the launch's dynamic shared memory (kernels/cuda_c.py)
+enum : int { LZ_SHARED_BYTES_PER_WARP = 9384 };  // the launch's dynamic shared memory (kernels/cuda_c.py)
 static_assert(sizeof(LzCodes) == LZ_SHARED_BYTES_PER_WARP, "the host sizes the shared memory by it");
 
 struct LzLength {
@@ -104,13 +110,41 @@ L3_DEVICE long long lz_read_tables(const unsigned char* data, long long pos, lon
     return pos;
 }
 
+// huffman.decode_symbol's canonical walk over the first `longest` bits of window: the symbol |
+// its length << 8, or 0 where no code of at most `longest` bits matches
+L3_DEVICE unsigned lz_canonical_symbol(unsigned window, const LzCodes& codes, int table, int longest) {
+    int code = 0, first = 0, index = 0;
+#pragma unroll 1  // a search that stops at the code's length
+    for (int length = 1; length <= longest; ++length) {
+        code |= (window >> (length - 1)) & 1;
+        const int count = codes.counts[table][length];
+        if (code - first < count) return codes.symbols[table][index + code - first] | length << 8;
+        index += count;
+        first = (first + count) << 1;
+        code <<= 1;
+    }
+    return 0;
+}
+
+// the warp's lookup tables from its canonical codes, every lane a share of the entries: a walk of
+// up to LZ_LOOKUP_BITS steps per entry once per block, not of up to 15 per symbol (the walk was three quarters
+// of a photograph's expansion cost, whose blocks are mostly short matches)
+L3_DEVICE void lz_fill_lookup(LzCodes& codes, int lane) {
+    for (int entry = lane; entry < LZ_TABLES << LZ_LOOKUP_BITS; entry += 32) {
+        const int table = entry >> LZ_LOOKUP_BITS, bits = entry & ((1 << LZ_LOOKUP_BITS) - 1);
+        codes.lookup[table][bits] = (unsigned short)lz_canonical_symbol(bits, codes, table, LZ_LOOKUP_BITS);
+    }
+}
+
 // 24 bits from bit `bit` on, bytes at or past end read as zero (the CPU reads the file's bytes
 // there; a code that reaches them is refused either way)
 L3_DEVICE unsigned lz_window(const unsigned char* data, long long bit, long long end) {
     const long long byte = bit >> 3;
+    const unsigned char* const at = data + byte;
+    if (byte + 3 <= end) return (at[0] | (unsigned)at[1] << 8 | (unsigned)at[2] << 16) >> (bit & 7);  // one branch
     unsigned window = 0;
     for (int i = 0; i < 3; ++i)
-        if (byte + i < end) window |= (unsigned)data[byte + i] << (8 * i);
+        if (byte + i < end) window |= (unsigned)at[i] << (8 * i);
     return window >> (bit & 7);
 }
 
@@ -119,20 +153,14 @@ struct LzSymbol {
     long long bit;
 };
 
-// huffman.decode_symbol
+// huffman.decode_symbol: a short code from the lookup table, a longer one (or none) by the walk
 L3_DEVICE LzSymbol lz_decode_symbol(const unsigned char* data, long long bit, long long end, const LzCodes& codes,
                                     int table) {
     const unsigned window = lz_window(data, bit, end);
-    int code = 0, first = 0, index = 0;
-    for (int length = 1; length <= LZ_MAX_CODE_BITS; ++length) {
-        code |= (window >> (length - 1)) & 1;
-        const int count = codes.counts[table][length];
-        if (code - first < count) return {codes.symbols[table][index + code - first], bit + length};
-        index += count;
-        first = (first + count) << 1;
-        code <<= 1;
-    }
-    return {-1, bit + LZ_MAX_CODE_BITS};
+    unsigned found = codes.lookup[table][window & ((1 << LZ_LOOKUP_BITS) - 1)];
+    if (found == 0) found = lz_canonical_symbol(window, codes, table, LZ_MAX_CODE_BITS);
+    if (found == 0) return {-1, bit + LZ_MAX_CODE_BITS};
+    return {(int)(found & 255), bit + (found >> 8)};
 }
 
 // huffman.coded_length: {length, bit after it}, the bit -1 past end_bit
@@ -162,6 +190,8 @@ L3_DEVICE int expand_lz_warp(const unsigned char* data, long long pos, long long
         if (lane == 0) codes->after_tables = lz_read_tables(data, pos, end, *codes);
         __syncwarp();  // the codes, before every lane reads them
         if (codes->after_tables < 0) return STATUS_CORRUPT;
+        lz_fill_lookup(*codes, lane);
+        __syncwarp();  // the lookup tables, before every lane reads them
         at = codes->after_tables * 8;
     }
     for (;;) {
@@ -213,7 +243,14 @@ L3_DEVICE int expand_lz_warp(const unsigned char* data, long long pos, long long
         at = copy.pos;
         if (at < 0 || offset == 0 || (int)offset > produced || match > remaining) return STATUS_CORRUPT;
         __syncwarp();  // every lane's bytes so far, before any lane reads them
-        for (int j = lane; j < (int)match; j += 32) out[j] = out[(long long)((unsigned)j % offset) - offset];
+        // a match is one or two rounds of the warp, mostly: not unrolled
+        if ((int)offset >= (int)match) {  // no overlap (a row above, say): no division
+#pragma unroll 1
+            for (int j = lane; j < (int)match; j += 32) out[j] = out[j - (long long)offset];
+        } else {
+#pragma unroll 1
+            for (int j = lane; j < (int)match; j += 32) out[j] = out[(long long)((unsigned)j % offset) - offset];
+        }
         out += match;
         remaining -= match;
         produced += (int)match;

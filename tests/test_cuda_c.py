@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+import re
+
 import numpy as np
 import pytest
 
@@ -311,6 +313,33 @@ def test_corrupt_streams_report_status(mode):
             assert code == 0
             np.testing.assert_array_equal(image, l3codec.decode(data))
     assert rejected >= (8 if mode == "compact" else 1)  # fast mode's packed residuals rarely notice damage
+
+
+def test_coded_lz_codes_longer_than_the_kernels_lookup():
+    """kernels/lz.cu decodes codes of up to LZ_LOOKUP_BITS bits from a lookup table and walks the
+    canonical code for longer ones: a block whose tables hold both (geometric noise, whose rare values,
+    tokens and offsets get long codes) expands to the CPU decoder's pixels, and damaged copies of it
+    give the CPU decoder's statuses."""
+    from l3codec.streams import plane_streams
+
+    lookup_bits = int(re.search(r"LZ_LOOKUP_BITS = (\d+),", (cuda_c.KERNEL_DIR / "lz.cu").read_text()).group(1))
+    image = np.minimum(np.random.default_rng(1).geometric(0.5, (64, 512)) - 1, 255).astype(np.uint8)
+    data = _encode(image, "fast", 512, 64)
+    buf = np.frombuffer(data, np.uint8)
+    tables = np.zeros((huffman.TABLES, huffman.TABLE_SIZE), np.int64)
+    longest = []
+    for _, start, end in plane_streams(data):
+        assert buf[start] == fmt.KIND_LZ_CODED
+        assert huffman.read_tables(buf, int(start) + 1, int(end), tables)[0] == fmt.STATUS_OK
+        longest += [int(tables[t, huffman.TABLE_LONGEST]) for t in range(huffman.TABLES)]
+    assert min(longest) <= lookup_bits < max(longest)
+    _assert_matches_cpu([data], orders=["forward"])
+    rng = np.random.default_rng(4)
+    damaged = [mutate_payload(data, rng) for _ in range(12)]
+    _, status = decode_batch_emulated(damaged, order="forward", seed=1)
+    for item, code in zip(damaged, status.tolist()):
+        assert code == ([c for c in _cpu_stream_status(item).tolist() if c] or [0])[0]
+    assert any(status)
 
 
 @pytest.mark.parametrize("order", ORDERS)
