@@ -285,17 +285,19 @@ def _encode_compact_streams(planes, grid, bits, out, slot_bytes, sizes, first, s
         tile = _stream_tile(planes, stream, grid)
         start = stream * slot_bytes
         sizes[stream] = smaller_as_lz(tile, bits, out, start, encode_compact_stream(tile, bits, out, start),
-                                      raw, block, head, chain, planes.shape[0] == 1)
+                                      raw, block, head, chain, planes.shape[0] == 1, 0)
 
 
 @_cached
 def _encode_fast_streams(planes, grid, bits, out, slot_bytes, sizes, first, stop):
     raw, block, head, chain = lz_scratch(grid[1], grid[2], bits)
+    one_channel = planes.shape[0] == 1
+    gain_percent = 0 if one_channel else lz.FAST_COLOUR_LZ_GAIN_PERCENT
     for stream in range(first, stop):
         tile = _stream_tile(planes, stream, grid)
         start = stream * slot_bytes
         sizes[stream] = smaller_as_lz(tile, bits, out, start, encode_fast_stream(tile, bits, out, start),
-                                      raw, block, head, chain, planes.shape[0] == 1)
+                                      raw, block, head, chain, one_channel, gain_percent)
 
 
 # Palette tiles, in three passes over the tiles so that the index planes are coded by the very

@@ -36,6 +36,12 @@ NICE_LENGTH = 256  # ... until one matches this far (rendered text: a longer one
 SAMPLE_STEP = 4  # lz_may_pay's histogram takes every 4th sample
 DOMINANT_SHARE = 4  # ... and looks for a value in a quarter of them
 SAME_AS_LEFT_PERCENT = 85  # ... or 85% of them equal to their left neighbour
+# A fast colour plane becomes an LZ stream only where that is 10% smaller: a photograph's LZ planes
+# (a sky, short matches) saved 0.04% of hires2048 and cost its frame 0 a tenth of the GPU estimate,
+# 5.04 -> 5.59 warp-instructions per sample with expansion (bench/results/gpu.md); corpus flat
+# 0.9916 -> 0.9930x its sources. compact and one-channel planes take any gain: their coded decode
+# costs more than an expansion.
+FAST_COLOUR_LZ_GAIN_PERCENT = 10
 INSIDE_MATCH = 16  # positions at each end of a match that join the chains
 SKIP_AFTER = 32  # positions without a match before the search strides 2, then 3 ... positions
 
@@ -156,7 +162,8 @@ def lz_may_pay(tile, counts, repeats):
     (hires2048) for nothing; a colour photograph's sky repeats its neighbours too, but LZ streams
     of it save a fraction of a per cent and cost a GPU more to expand than their decode saves (with
     this rule in colour, hires2048 0.05% smaller, corpus flat 0.5%, and hires2048 frame 0's GPU
-    estimate 5.59 -> 6.99 warp-instructions per sample: bench/results/gpu.md), so colour takes the
+    estimate 5.59 -> 6.99 warp-instructions per sample, measured without FAST_COLOUR_LZ_GAIN_PERCENT:
+    bench/results/gpu.md), so colour takes the
     first test alone."""
     for value in range(256):
         counts[value] = 0
@@ -319,12 +326,12 @@ def smallest_lz(block, end, limit, kind, coded_kind, out, start):
 
 
 @device
-def smaller_as_lz(tile, bits, out, start, size, raw, block, head, chain, repeats):
+def smaller_as_lz(tile, bits, out, start, size, raw, block, head, chain, repeats, gain_percent):
     """The stream of `size` bytes at out[start:] (the tile plane's, coded by its mode), replaced by
-    an LZ stream, plain or coded, where that is smaller; returns the stream's size. raw, block, head,
-    chain: scratch (lz_scratch; head counts lz_may_pay's low bytes before it heads the hash chains);
-    repeats: the plane is a one-channel image's, or a palette's index plane, which the encoder codes
-    as one (lz_may_pay)."""
+    an LZ stream, plain or coded, where that is gain_percent smaller; returns the stream's size. raw,
+    block, head, chain: scratch (lz_scratch; head counts lz_may_pay's low bytes before it heads the
+    hash chains); repeats: the plane is a one-channel image's, or a palette's index plane, which the
+    encoder codes as one (lz_may_pay)."""
     if size <= 1 + bits // 8:  # constant
         return size
     if tile.size * (bits // 8) <= MATCH_START_LIMIT or not lz_may_pay(tile, head, repeats):
@@ -333,7 +340,7 @@ def smaller_as_lz(tile, bits, out, start, size, raw, block, head, chain, repeats
     end = encode_lz_block(raw, count, block, 1, min(size + size // PLAIN_SLACK, block.shape[0]), head, chain)
     if end < 0:
         return size
-    lz = smallest_lz(block, end, size, KIND_LZ, KIND_LZ_CODED, out, start)
+    lz = smallest_lz(block, end, size - size * gain_percent // 100, KIND_LZ, KIND_LZ_CODED, out, start)
     return lz if lz > 0 else size
 
 

@@ -177,6 +177,37 @@ def test_coloured_text_takes_pixel_lz_streams_smaller_than_its_planes(mode, chan
         assert sum(int(ends[s] - starts[s]) for s in streams) < coded[streams].sum()
 
 
+def sky_plane(shape, common_share, low, high, seed):
+    """One value in common_share of the samples, the rest spread over [low, high): a sky's plane."""
+    rng = np.random.default_rng(seed)
+    return np.where(rng.random(shape) < common_share, 120, rng.integers(low, high, shape)).astype(np.uint8)
+
+
+def test_fast_colour_planes_take_lz_only_where_it_gains_the_gpu_margin():
+    """In fast mode a colour image's plane becomes an LZ stream only where that is
+    FAST_COLOUR_LZ_GAIN_PERCENT smaller than its coded stream (an expansion costs a GPU more than the
+    decode); the same plane as a one-channel image takes any gain."""
+    planes = [sky_plane((64, 256), 0.25, 117, 124, 0), sky_plane((64, 256), 0.9, 118, 123, 1),
+              sky_plane((64, 256), 0.5, 119, 122, 2)]
+    image = np.stack(planes, axis=-1)
+    data = l3codec.encode(image, mode="fast", tile_width=256, tile_height=64, transform="none")
+    np.testing.assert_array_equal(l3codec.decode(data), image)
+    coded = _coded_streams(image, data, "fast")
+    raw, block, head, chain = cpu.lz_scratch(256, 64, 8)
+    out = np.zeros(1 << 17, np.uint8)
+    taken = {}
+    for channel, plane in enumerate(planes):
+        lz_size = _encoders.smaller_as_lz(plane, 8, out, 0, int(coded[channel]), raw, block, head, chain, False, 0)
+        assert lz_size < coded[channel]  # an LZ stream is smaller for every one of them ...
+        wanted = lz_size < coded[channel] - coded[channel] * lz.FAST_COLOUR_LZ_GAIN_PERCENT // 100
+        start = fmt.parse(data).stream_starts[channel]
+        assert lz.is_lz(data[start]) == wanted, channel  # ... and taken in colour where it gains the margin
+        taken[channel] = wanted
+        alone = l3codec.encode(plane, mode="fast", tile_width=256, tile_height=64)
+        assert lz.is_lz(alone[fmt.parse(alone).stream_starts[0]])  # alone: any gain
+    assert set(taken.values()) == {True, False}
+
+
 def test_photographs_pay_no_match_search():
     """lz_may_pay turns photographs away before the search (their streams would not shrink)."""
     image = make_image("smooth_noise", 64, 256, 3, np.uint8, 2)
