@@ -662,6 +662,10 @@ inline int __popc(unsigned x) { return __builtin_popcount(x); }
 inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
 inline int __clz(int x) { return x ? __builtin_clz((unsigned)x) : 32; }
 inline int __clzll(long long x) { return x ? __builtin_clzll((unsigned long long)x) : 64; }
+// the low 32 bits of hi:lo shifted right by shift mod 32 (CUDA's wrapping funnel shift)
+inline unsigned __funnelshift_r(unsigned lo, unsigned hi, unsigned shift) {
+    return (unsigned)((((unsigned long long)hi << 32) | lo) >> (shift & 31));
+}
 template <typename V>
 inline V __ldg(const V* p) { return *p; }
 inline void __threadfence() {}

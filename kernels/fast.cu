@@ -124,7 +124,7 @@ L3_DEVICE unsigned warp_load_words(const unsigned char* __restrict__ data, long 
 L3_DEVICE unsigned warp_bits(unsigned word, int at) {
     const unsigned lo = __shfl_sync(L3_FULL_MASK, word, at >> 5);
     const unsigned hi = __shfl_sync(L3_FULL_MASK, word, (at >> 5) + 1);
-    return (unsigned)((((unsigned long long)hi << 32) | lo) >> (at & 31));
+    return __funnelshift_r(lo, hi, (unsigned)at);  // one SHF: the wrap takes at & 31
 }
 
 // The 32 bits at bit `at` of a group's words: word (lane i: word i) and, for 16-bit samples, word2
@@ -136,7 +136,7 @@ L3_DEVICE unsigned group_bits(unsigned word, unsigned word2, int at) {
     const unsigned lo = __shfl_sync(L3_FULL_MASK, word, i & 31), lo2 = __shfl_sync(L3_FULL_MASK, word2, i & 31);
     const unsigned hi = __shfl_sync(L3_FULL_MASK, word, (i + 1) & 31),
                    hi2 = __shfl_sync(L3_FULL_MASK, word2, (i + 1) & 31);
-    return (unsigned)((((unsigned long long)(i + 1 < 32 ? hi : hi2) << 32) | (i < 32 ? lo : lo2)) >> (at & 31));
+    return __funnelshift_r(i < 32 ? lo : lo2, i + 1 < 32 ? hi : hi2, (unsigned)at);
 }
 
 // The low n bits set (none for n <= 0, all for n >= 32).
