@@ -127,16 +127,22 @@ L3_DEVICE unsigned warp_bits(unsigned word, int at) {
     return __funnelshift_r(lo, hi, (unsigned)at);  // one SHF: the wrap takes at & 31
 }
 
-// The 32 bits at bit `at` of a group's words: word (lane i: word i) and, for 16-bit samples, word2
-// (lane i: word 32 + i; `at` below 62 * 32); 8-bit groups span at most 32 words (`at` below 31 * 32).
+// Word i of a group's words: word (lane i: word i) and, for 16-bit samples, word2 (lane i: word
+// 32 + i; i below 63); 8-bit groups span at most 32 words (i below 32).
+template <int BITS>
+L3_DEVICE unsigned group_word(unsigned word, unsigned word2, int i) {
+    if (BITS == 8) return __shfl_sync(L3_FULL_MASK, word, i);
+    const unsigned low = __shfl_sync(L3_FULL_MASK, word, i & 31), high = __shfl_sync(L3_FULL_MASK, word2, i & 31);
+    return i < 32 ? low : high;
+}
+
+// The 32 bits at bit `at` of a group's words (group_word's; `at` below 62 * 32, for 8-bit groups
+// below 31 * 32).
 template <int BITS>
 L3_DEVICE unsigned group_bits(unsigned word, unsigned word2, int at) {
     if (BITS == 8) return warp_bits(word, at);
     const int i = at >> 5;
-    const unsigned lo = __shfl_sync(L3_FULL_MASK, word, i & 31), lo2 = __shfl_sync(L3_FULL_MASK, word2, i & 31);
-    const unsigned hi = __shfl_sync(L3_FULL_MASK, word, (i + 1) & 31),
-                   hi2 = __shfl_sync(L3_FULL_MASK, word2, (i + 1) & 31);
-    return __funnelshift_r(i < 32 ? lo : lo2, i + 1 < 32 ? hi : hi2, (unsigned)at);
+    return __funnelshift_r(group_word<BITS>(word, word2, i), group_word<BITS>(word, word2, i + 1), (unsigned)at);
 }
 
 // The low n bits set (none for n <= 0, all for n >= 32).
@@ -295,9 +301,14 @@ L3_DEVICE void decode_fast_row(const unsigned char* __restrict__ data, FastShare
             // one_at[rank] holds the rank-th one's position in the part (the bits after the part, in its
             // last window, rank after its own ones)
             int ones = 0;
+            // the windows are consecutive words at one shift: a window's high word is the next one's low
+            int next_word = unary_at >> 5;
+            unsigned low = group_word<BITS>(word, word2, next_word);
 #pragma unroll 1
             for (int at = 0; at < unary_bits; at += 32) {
-                const unsigned bits = group_bits<BITS>(word, word2, unary_at + at);
+                const unsigned high = group_word<BITS>(word, word2, ++next_word);
+                const unsigned bits = __funnelshift_r(low, high, (unsigned)unary_at);
+                low = high;
                 const int rank = ones + __popc(bits & low_bits(lane));
                 if (((bits >> lane) & 1) && rank < n) one_at[rank] = (unsigned short)(at + lane);
                 ones += __popc(bits);
