@@ -127,8 +127,8 @@ L3_DEVICE unsigned lz_canonical_symbol(unsigned window, const LzCodes& codes, in
 }
 
 // the warp's lookup tables from its canonical codes, every lane a share of the entries: a walk of
-// up to LZ_LOOKUP_BITS steps per entry once per block, not of up to 15 per symbol (the walk was three quarters
-// of a photograph's expansion cost, whose blocks are mostly short matches)
+// up to LZ_LOOKUP_BITS steps per entry once per block, not of up to 15 per symbol (the walk was
+// three quarters of a photograph's expansion cost, whose blocks are mostly short matches)
 L3_DEVICE void lz_fill_lookup(LzCodes& codes, int lane) {
     for (int entry = lane; entry < LZ_TABLES << LZ_LOOKUP_BITS; entry += 32) {
         const int table = entry >> LZ_LOOKUP_BITS, bits = entry & ((1 << LZ_LOOKUP_BITS) - 1);

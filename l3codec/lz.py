@@ -163,8 +163,7 @@ def lz_may_pay(tile, counts, repeats):
     of it save a fraction of a per cent and cost a GPU more to expand than their decode saves (with
     this rule in colour, hires2048 0.05% smaller, corpus flat 0.5%, and hires2048 frame 0's GPU
     estimate 5.59 -> 6.99 warp-instructions per sample, measured without FAST_COLOUR_LZ_GAIN_PERCENT:
-    bench/results/gpu.md), so colour takes the
-    first test alone."""
+    bench/results/gpu.md), so colour takes the first test alone."""
     for value in range(256):
         counts[value] = 0
     samples = 0
@@ -328,10 +327,10 @@ def smallest_lz(block, end, limit, kind, coded_kind, out, start):
 @device
 def smaller_as_lz(tile, bits, out, start, size, raw, block, head, chain, repeats, gain_percent):
     """The stream of `size` bytes at out[start:] (the tile plane's, coded by its mode), replaced by
-    an LZ stream, plain or coded, where that is gain_percent smaller; returns the stream's size. raw,
-    block, head, chain: scratch (lz_scratch; head counts lz_may_pay's low bytes before it heads the
-    hash chains); repeats: the plane is a one-channel image's, or a palette's index plane, which the
-    encoder codes as one (lz_may_pay)."""
+    an LZ stream, plain or coded, where that is smaller than size less gain_percent per cent of it
+    (strictly smaller at 0); returns the stream's size. raw, block, head, chain: scratch (lz_scratch;
+    head counts lz_may_pay's low bytes before it heads the hash chains); repeats: the plane is a
+    one-channel image's, or a palette's index plane, which the encoder codes as one (lz_may_pay)."""
     if size <= 1 + bits // 8:  # constant
         return size
     if tile.size * (bits // 8) <= MATCH_START_LIMIT or not lz_may_pay(tile, head, repeats):
