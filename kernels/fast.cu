@@ -515,6 +515,7 @@ L3_DEVICE void decode_fast_tile(const unsigned char* __restrict__ data, long lon
                     stage_raw_row<T>(data, data_size, base, w, row, tid);
                 } else {
                     const T value = (T)sh.value[channel];
+#pragma unroll 1  // a few rounds (w / FAST_THREADS): nvcc's 4-way copy rarely runs
                     for (int col = tid; col < w; col += FAST_THREADS) row[col] = value;
                 }
             }

@@ -395,6 +395,7 @@ L3_DEVICE void load_palette(const TileWriter& writer, const unsigned char* __res
 template <typename T>
 L3_DEVICE void expand_index(const TileWriter& writer, const T* table, T* sample, long long plane) {
     const int colour = min_of((int)sample[0], writer.colours - 1);
+#pragma unroll 1  // 1 to 4 channels: nvcc's 4-way copy never runs
     for (int c = writer.channels - 1; c >= 0; --c) sample[c * plane] = table[colour * writer.channels + c];
 }
 
