@@ -3,9 +3,8 @@ coroutine emulator of kernels/cuda_emulation.h; NVRTC resource checks; a real-GP
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 import re
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -21,7 +20,7 @@ from l3codec.kernels.emulation import (
     kernel_library,
 )
 from images import make_image
-from stream_census import fast_census, stream_census
+from stream_census import fast_census, plane_streams, stream_census
 from l3codec import batch as l3batch
 from l3codec import cpu, fast, huffman, lz
 from l3codec import format as fmt
@@ -320,8 +319,6 @@ def test_coded_lz_codes_longer_than_the_kernels_lookup():
     canonical code for longer ones: a block whose tables hold both (geometric noise, whose rare values,
     tokens and offsets get long codes) expands to the CPU decoder's pixels, and damaged copies of it
     give the CPU decoder's statuses."""
-    from l3codec.streams import plane_streams
-
     lookup_bits = int(re.search(r"LZ_LOOKUP_BITS = (\d+),", (cuda_c.KERNEL_DIR / "lz.cu").read_text()).group(1))
     image = np.minimum(np.random.default_rng(1).geometric(0.5, (64, 512)) - 1, 255).astype(np.uint8)
     data = _encode(image, "fast", 512, 64)

@@ -195,13 +195,13 @@ def test_fast_colour_planes_take_lz_only_where_it_gains_the_gpu_margin():
     coded = _coded_streams(image, data, "fast")
     raw, block, head, chain = cpu.lz_scratch(256, 64, 8)
     out = np.zeros(1 << 17, np.uint8)
+    starts = fmt.parse(data).stream_starts
     taken = {}
     for channel, plane in enumerate(planes):
         lz_size = _encoders.smaller_as_lz(plane, 8, out, 0, int(coded[channel]), raw, block, head, chain, False, 0)
         assert lz_size < coded[channel]  # an LZ stream is smaller for every one of them ...
         wanted = lz_size < coded[channel] - coded[channel] * lz.FAST_COLOUR_LZ_GAIN_PERCENT // 100
-        start = fmt.parse(data).stream_starts[channel]
-        assert lz.is_lz(data[start]) == wanted, channel  # ... and taken in colour where it gains the margin
+        assert lz.is_lz(data[starts[channel]]) == wanted, channel  # ... and taken in colour where it gains the margin
         taken[channel] = wanted
         alone = l3codec.encode(plane, mode="fast", tile_width=256, tile_height=64)
         assert lz.is_lz(alone[fmt.parse(alone).stream_starts[0]])  # alone: any gain
