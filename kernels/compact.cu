@@ -1,10 +1,12 @@
-// `compact` mode GPU decoder: one block per tile, one warp per channel, a wavefront per warp.
+// `compact` mode GPU decoder: one block per band of 32 rows of a tile, one warp per channel, a
+// wavefront per warp.
 //
-// Every row of a 32-row tile-channel is its own bitstream with its own adaptive state
-// (l3codec/compact.py). Lane r of warp `channel` owns row r; at step s it decodes pixel
-// (r, s - r). Its N and N's mapped residual are what lane r - 1 produced at step s - 1
-// (one __shfl_up_sync), NW is the N it received one step earlier (a register), W and
-// WW are its own previous outputs (lane 0's NW register holds its WW). Lanes find their
+// Every row of a tile-channel is its own bitstream with its own adaptive state
+// (l3codec/compact.py), and each band's first row is coded without a row above, so the bands of a
+// tall tile are decoded by blocks of their own (batch.py's tasks). Lane r of warp `channel` owns row
+// r of the band; at step s it decodes pixel (r, s - r). Its N and N's mapped residual are what
+// lane r - 1 produced at step s - 1 (one __shfl_up_sync), NW is the N it received one step earlier
+// (a register), W and WW are its own previous outputs (lane 0's NW register holds its WW). Lanes find their
 // row's first bit from the row-length table with a warp prefix sum, then read the row
 // through a 64-bit bit reservoir in registers, refilled by one aligned 4-byte load when
 // it holds fewer than 32 bits. The adaptive sums and counts live in shared memory,
@@ -179,9 +181,11 @@ L3_DEVICE void decode_compact_tile(const unsigned char* __restrict__ data, long 
     }
     const int lane = threadIdx.x;
     const int channel = threadIdx.y;
-    const long long tile_y0 = task.tile_y * COMPACT_TILE_HEIGHT;
+    const long long tile_y0 = task.tile_y * item.tile_height;
     const long long tile_x0 = task.tile_x * item.tile_width;
-    const int h = (int)min_of((long long)COMPACT_TILE_HEIGHT, item.height - tile_y0);
+    const int tile_h = (int)min_of(item.tile_height, item.height - tile_y0);
+    const int band_y = (int)task.band_y;  // the band's first tile row
+    const int h = min_of((int)COMPACT_BAND_ROWS, tile_h - band_y);
     const int w = (int)min_of(item.tile_width, item.width - tile_x0);
     const int ring = compact_ring_columns(item.tile_width);
     const bool whole_tile = item.tile_width <= ring;  // the ring holds the whole tile: written once
@@ -200,8 +204,9 @@ L3_DEVICE void decode_compact_tile(const unsigned char* __restrict__ data, long 
     int* ctx_n = ctx_a + CONTEXTS * 32;
     long long& row_end = reinterpret_cast<long long*>(state + 2 * CONTEXTS * 32 * 4)[lane];
     T* stage = reinterpret_cast<T*>(states + channels * COMPACT_STATE_BYTES);
-    T* my_stage = stage + ((decoding ? channel : 0) * COMPACT_TILE_HEIGHT + lane) * ring;
-    if (threadIdx.x == 0 && threadIdx.y == 0) init_tile_writer(writer, item, out, tile_y0, tile_x0, h, w, sizeof(T));
+    T* my_stage = stage + ((decoding ? channel : 0) * COMPACT_BAND_ROWS + lane) * ring;
+    if (threadIdx.x == 0 && threadIdx.y == 0)
+        init_tile_writer(writer, item, out, tile_y0 + band_y, tile_x0, h, w, sizeof(T));
 
     // ---- stream header (every lane of the warp reads the same bytes, so branches are warp-uniform)
     int source = SOURCE_ZERO;
@@ -232,10 +237,10 @@ L3_DEVICE void decode_compact_tile(const unsigned char* __restrict__ data, long 
                 source = SOURCE_CONSTANT;
             }
         } else if (kind == KIND_RAW) {
-            if (end - start != 1 + (long long)sizeof(T) * h * w) {
+            if (end - start != 1 + (long long)sizeof(T) * tile_h * w) {
                 lane_status = STATUS_BAD_SIZE;
             } else {
-                row.in.next = start + 1;
+                row.in.next = start + 1 + (long long)sizeof(T) * band_y * w;
                 source = SOURCE_RAW;
             }
         } else if (end - start < COMPACT_HEADER_BYTES) {
@@ -247,15 +252,21 @@ L3_DEVICE void decode_compact_tile(const unsigned char* __restrict__ data, long 
                 k_nibbles |= (unsigned long long)load_byte(data, data_size, start + 2 + i) << (8 * i);
             const int length_bits = (int)load_byte(data, data_size, start + 2 + K_NIBBLE_BYTES);
             const long long table_pos = (start + COMPACT_HEADER_BYTES) * 8;
-            const long long rows_pos = (start + COMPACT_HEADER_BYTES + (h * length_bits + 7) / 8) * 8;
+            const long long rows_pos = (start + COMPACT_HEADER_BYTES + (tile_h * length_bits + 7) / 8) * 8;
             if (run_index > RUN_INDEX_MAX || length_bits > 31 || (k_nibbles >> (4 * CONTEXTS)) != 0) {
                 lane_status = STATUS_BAD_HEADER;
             } else if (rows_pos > end * 8) {
                 lane_status = STATUS_BAD_SIZE;
             } else {
                 const long long length =
-                    lane < h ? (long long)read_bits(data, data_size, table_pos + lane * length_bits, length_bits) : 0;
-                const long long row_start = rows_pos + warp_inclusive_scan(length, lane) - length;
+                    lane < h ? (long long)read_bits(data, data_size, table_pos + (band_y + lane) * length_bits,
+                                                    length_bits) : 0;
+                long long before = 0;  // the bits of the bands before this one
+#pragma unroll 1
+                for (int r = lane; r < band_y; r += 32)
+                    before += (long long)read_bits(data, data_size, table_pos + r * length_bits, length_bits);
+                before = __shfl_sync(L3_FULL_MASK, warp_inclusive_scan(before, lane), 31);
+                const long long row_start = rows_pos + before + warp_inclusive_scan(length, lane) - length;
                 row_end = row_start + length;
                 if (lane < h) {
                     if (row_start + length > end * 8)
@@ -291,8 +302,8 @@ L3_DEVICE void decode_compact_tile(const unsigned char* __restrict__ data, long 
     // ---- the wavefront, in strips of `strip` steps between writes
     const int steps = w + h - 1;
     // a strip's write ends each row at a 32-byte boundary, up to 31 columns before the columns
-    // every row has finished, so the ring keeps COMPACT_TILE_HEIGHT + 32 columns besides the strip
-    const int strip = whole_tile ? steps : ring - 2 * COMPACT_TILE_HEIGHT;
+    // every row has finished, so the ring keeps COMPACT_BAND_ROWS + 32 columns besides the strip
+    const int strip = whole_tile ? steps : ring - 2 * COMPACT_BAND_ROWS;
     // lane 0 receives its own last sample as N, so its x_nw is the sample before that (WW)
     int x_w = 0;         // this row's last sample: W of the next one, and N of the row below
     int x_nw = 0;        // N received at the previous step: NW of this one
@@ -356,19 +367,21 @@ L3_DEVICE void decode_compact_tile(const unsigned char* __restrict__ data, long 
             for (int r = channel; r < h; r += blockDim.y)  // a warp per row
 #pragma unroll 1
                 for (int col = written + lane; col < done; col += 32)
-                    finish_pixel<T, BITS>(writer, table, stage + r * ring + (col & (ring - 1)), COMPACT_TILE_HEIGHT * ring);
+                    finish_pixel<T, BITS>(writer, table, stage + r * ring + (col & (ring - 1)),
+                                          COMPACT_BAND_ROWS * ring);
             __syncthreads();
         }
         const T* staged = stage;
         write_tile_sectors<T>(writer, 0, h, written, done, channel, blockDim.y, lane,
                                     [&](int c, int r, int col) -> unsigned {
-                                        return staged[(c * COMPACT_TILE_HEIGHT + r) * ring + (col & (ring - 1))];
+                                        return staged[(c * COMPACT_BAND_ROWS + r) * ring + (col & (ring - 1))];
                                     });
         written = done;
         __syncthreads();
     }
 
-    // ---- status: the first failing row in row order, as the CPU decoder stops there
+    // ---- status: the first failing row in row order, as the CPU decoder stops there (a tall tile's
+    // bands report apart: where two of them fail, either status may be the item's, as for two tiles)
     if (decoding) {
         int code = lane_status;
         if (source == SOURCE_CODED) {
@@ -378,9 +391,9 @@ L3_DEVICE void decode_compact_tile(const unsigned char* __restrict__ data, long 
             const unsigned failing = __ballot_sync(L3_FULL_MASK, lane_status != STATUS_OK);
             const int first = failing ? __ffs(failing) - 1 : h - 1;
             code = __shfl_sync(L3_FULL_MASK, lane_status, first);
-            // the stream ends in the byte holding its last bit
-            if (!failing && (reinterpret_cast<long long*>(state + 2 * CONTEXTS * 32 * 4)[h - 1] + 7) / 8 !=
-                                stream_ends[stream])
+            // the stream ends in the byte holding its last bit (checked by its last band)
+            const long long* row_ends = reinterpret_cast<long long*>(state + 2 * CONTEXTS * 32 * 4);
+            if (!failing && band_y + h == tile_h && (row_ends[h - 1] + 7) / 8 != stream_ends[stream])
                 code = STATUS_BAD_SIZE;
         }
         if (lane == 0) report_status(status, task.item, code);

@@ -54,7 +54,7 @@ def header_constants(path: Path = KERNEL_DIR / "l3_common.cuh") -> dict:
 
 
 _KERNEL_CONSTANTS = header_constants()
-COMPACT_TILE_HEIGHT = _KERNEL_CONSTANTS["COMPACT_TILE_HEIGHT"]
+COMPACT_BAND_ROWS = _KERNEL_CONSTANTS["COMPACT_BAND_ROWS"]
 COMPACT_HEADER_SHARED_BYTES = _KERNEL_CONSTANTS["COMPACT_HEADER_SHARED_BYTES"]  # the TileWriter's slot
 # per channel: the sums and counts of 9 contexts x 32 rows, and the 32 row ends
 COMPACT_STATE_BYTES = _KERNEL_CONSTANTS["COMPACT_STATE_BYTES"]
@@ -92,7 +92,7 @@ def _fast_block(launch) -> tuple:
 
 def _compact_shared_bytes(channels, tile_width, tile_height, sample_bytes):
     return COMPACT_HEADER_SHARED_BYTES + channels * (
-        COMPACT_STATE_BYTES + COMPACT_TILE_HEIGHT * compact_ring_columns(tile_width) * sample_bytes
+        COMPACT_STATE_BYTES + COMPACT_BAND_ROWS * compact_ring_columns(tile_width) * sample_bytes
         + PALETTE_MAX_COLOURS * sample_bytes
     )
 

@@ -162,7 +162,8 @@ extern "C" long long l3emu_item_layout(int field) {
 }
 
 extern "C" long long l3emu_task_layout(int field) {
-    static const long long offsets[] = {offsetof(L3Task, item), offsetof(L3Task, tile_y), offsetof(L3Task, tile_x)};
+    static const long long offsets[] = {offsetof(L3Task, item), offsetof(L3Task, tile_y), offsetof(L3Task, tile_x),
+                                        offsetof(L3Task, band_y)};
     return field < 0 ? (long long)sizeof(L3Task) : offsets[field];
 }
 
@@ -194,7 +195,7 @@ ITEM_FIELDS = (
     "out_row_pitch",
     "data_end",
 )
-TASK_FIELDS = ("item", "tile_y", "tile_x")
+TASK_FIELDS = ("item", "tile_y", "tile_x", "band_y")
 
 TRAFFIC_EXPORTS = r"""
 #include <dlfcn.h>

@@ -29,6 +29,7 @@ struct L3Task {
     long long item;  // index into this launch's items
     long long tile_y;
     long long tile_x;
+    long long band_y;  // compact: the first tile row of the task's band of 32 rows (fast: 0)
 };
 
 // An LZ stream to expand into raw ones (kernels/lz.cu), before the decode kernels run.
@@ -46,8 +47,8 @@ struct L3Expansion {
 };
 
 #define L3_ITEM_FIELDS 16
-#define L3_TASK_FIELDS 3
+#define L3_TASK_FIELDS 4
 #define L3_EXPANSION_FIELDS 10
 static_assert(sizeof(L3Item) == L3_ITEM_FIELDS * 8, "L3Item must be 16 packed int64");
-static_assert(sizeof(L3Task) == L3_TASK_FIELDS * 8, "L3Task must be 3 packed int64");
+static_assert(sizeof(L3Task) == L3_TASK_FIELDS * 8, "L3Task must be 4 packed int64");
 static_assert(sizeof(L3Expansion) == L3_EXPANSION_FIELDS * 8, "L3Expansion must be 10 packed int64");

@@ -77,7 +77,7 @@ enum : int {  // format.STATUS_*
 enum : int { TRANSFORM_SUBTRACT_GREEN = 1, TRANSFORM_RGB_MEAN = 2 };
 
 enum : int {  // compact.py
-    COMPACT_TILE_HEIGHT = 32,
+    COMPACT_BAND_ROWS = 32,
     CONTEXTS = 9,
     INTERRUPT_CONTEXT = 8,
     UNARY_LIMIT = 12,
@@ -125,7 +125,7 @@ L3_HOST_DEVICE long long palette_table_bytes(long long channels, long long sampl
 
 L3_HOST_DEVICE long long compact_shared_bytes(long long channels, long long tile_width, long long sample_bytes) {
     return COMPACT_HEADER_SHARED_BYTES + channels * COMPACT_STATE_BYTES +
-           channels * COMPACT_TILE_HEIGHT * compact_ring_columns(tile_width) * sample_bytes +
+           channels * COMPACT_BAND_ROWS * compact_ring_columns(tile_width) * sample_bytes +
            palette_table_bytes(channels, sample_bytes);
 }
 

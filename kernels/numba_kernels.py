@@ -4,7 +4,8 @@ The device functions of l3codec's mode modules are compiled here with
 ``cuda.jit(device=True, inline="always")``. The kernels use shared memory and
 ``syncthreads`` only (no warp intrinsics), so they also run under
 ``NUMBA_ENABLE_CUDASIM=1``. Their launch tables come from ``l3codec.batch``:
-one block per task (a tile of an item), items and tasks as int64 matrices.
+one block per task (a tile of an item, in compact mode a band of 32 rows of a tile), items and
+tasks as int64 matrices.
 
 compact: block (32, channels). Lane r decodes row r of channel y as a wavefront:
 pixel (r, c) at step r + c, after lane r - 1 wrote (r - 1, c) into shared memory
@@ -93,7 +94,7 @@ I_REGION_Y, I_REGION_X, I_REGION_H, I_REGION_W = (
     _ITEM["region_y"], _ITEM["region_x"], _ITEM["region_h"], _ITEM["region_w"]
 )
 I_OUT_OFFSET, I_OUT_PITCH, I_DATA_END = _ITEM["out_offset"], _ITEM["out_row_pitch"], _ITEM["data_end"]
-T_ITEM, T_TILE_Y, T_TILE_X = 0, 1, 2
+T_ITEM, T_TILE_Y, T_TILE_X, T_BAND_Y = 0, 1, 2, 3
 _EXPANSION = {name: i for i, name in enumerate(batch.EXPANSION_DTYPE.names)}
 X_SOURCE, X_SOURCE_END, X_PREFIX_START = _EXPANSION["source"], _EXPANSION["source_end"], _EXPANSION["prefix_start"]
 X_PREFIX_BYTES, X_TARGET, X_PLANE_BYTES, X_STATUS_INDEX = (
@@ -276,7 +277,9 @@ def decode_compact(data, stream_starts, stream_ends, items, tasks, out, status):
     lane = cuda.threadIdx.x
     channel = cuda.threadIdx.y
     task = cuda.blockIdx.x
-    item, channels, bits, y0, x0, h, w = task_tile(items, tasks, task)
+    item, channels, bits, y0, x0, tile_h, w = task_tile(items, tasks, task)
+    band_y = tasks[task, T_BAND_Y]  # the task's band: tile rows [band_y, band_y + h), its first without a row above
+    h = min(WARP, tile_h - band_y)
     tile_width = items[item, I_TILE_WIDTH]
     half = np.int64(1) << (bits - 1)
     ring = (WARP, COMPACT_RING)  # a row per lane
@@ -297,7 +300,7 @@ def decode_compact(data, stream_starts, stream_ends, items, tasks, out, status):
         stream = stream_id(items, tasks, task, item, channel)
         end = stream_ends[stream]
         code, start, colours = plane_stream_status(data, stream_starts[stream], end, channel,
-                                                   stream_starts[stream - channel], channels, bits // 8, h * w)
+                                                   stream_starts[stream - channel], channels, bits // 8, tile_h * w)
         if code == STATUS_OK and colours > 0 and lane == 0:
             palette_info[0] = stream_starts[stream]
             palette_info[1] = colours
@@ -311,14 +314,14 @@ def decode_compact(data, stream_starts, stream_ends, items, tasks, out, status):
             raw_kind = kind
         else:
             code, run_index, k_nibbles, length_bits, table_pos, row_start = compact_stream_layout(
-                data, start, end, h
+                data, start, end, tile_h
             )
             if code == STATUS_OK:
-                for row in range(lane):
+                for row in range(band_y + lane):
                     row_start += compact_row_length(data, table_pos, length_bits, row)
-                row_end = row_start + compact_row_length(data, table_pos, length_bits, lane)
+                row_end = row_start + compact_row_length(data, table_pos, length_bits, band_y + lane)
                 copy_row = row_end == row_start
-                if lane == h - 1 and (row_end + 7) // 8 != end:
+                if band_y + lane == tile_h - 1 and (row_end + 7) // 8 != end:
                     end_code = STATUS_BAD_SIZE  # the stream ends in the byte holding its last bit
                 if row_end > end * 8:
                     code = STATUS_BAD_SIZE
@@ -340,7 +343,7 @@ def decode_compact(data, stream_starts, stream_ends, items, tasks, out, status):
             if active and 0 <= col < w:
                 value = np.int64(0)
                 if raw_start >= 0:
-                    value = uncoded_sample(data, raw_start, raw_kind, lane * w + col, bits // 8)
+                    value = uncoded_sample(data, raw_start, raw_kind, (band_y + lane) * w + col, bits // 8)
                 elif coded and copy_row:
                     value = np.int64(stage[staged(channel, lane - 1, col, ring)])
                     state[S_MAPPED] = 0
@@ -361,14 +364,14 @@ def decode_compact(data, stream_starts, stream_ends, items, tasks, out, status):
             cuda.syncthreads()
         # after steps [0, s1) row r has columns [0, s1 - r): all h rows have [0, s1 - h + 1)
         done = w if s1 == steps else max(written, s1 - h + 1)
-        write_tile(stage, ring, items, item, (y0, x0), (0, h), (written, done), out,
+        write_tile(stage, ring, items, item, (y0 + band_y, x0), (0, h), (written, done), out,
                    (channel * WARP + lane, cuda.blockDim.y * WARP), (data, palette_info[0], palette_info[1]))
         written = done
         cuda.syncthreads()
 
     if coded and not copy_row and (state[S_POS] != row_end or state[S_ERROR] != 0):
         code = STATUS_CORRUPT
-    # the stream's status, as the CPU decoder's: the first failing row, else the end-of-stream check
+    # the band's status, as the CPU decoder's: the first failing row, else (the last band) the end-of-stream check
     if active:
         row_codes[channel, lane] = code
         if lane == h - 1:

@@ -47,9 +47,10 @@ ITEM_DTYPE = np.dtype(
 )
 assert ITEM_DTYPE.itemsize == 16 * 8
 
-# One record per block: a tile of an item.
-TASK_DTYPE = np.dtype([("item", "<i8"), ("tile_y", "<i8"), ("tile_x", "<i8")])
-assert TASK_DTYPE.itemsize == 3 * 8
+# One record per block: a tile of an item; in compact mode a band of a tile (band_y: the band's first
+# tile row), the bands of one tile decoded by blocks of their own (fast: band_y 0, the whole tile).
+TASK_DTYPE = np.dtype([("item", "<i8"), ("tile_y", "<i8"), ("tile_x", "<i8"), ("band_y", "<i8")])
+assert TASK_DTYPE.itemsize == 4 * 8
 
 # One record per LZ stream to expand (a warp each): its LZ stream (from its kind byte) at
 # [source, source_end), the prefix_bytes before it at prefix_start that the stream keeps (a palette's
@@ -284,10 +285,7 @@ def assemble(plans, data: np.ndarray, /, *, layout=None, data_offsets=None, max_
             continue
         task_lists = []
         for local, i in enumerate(chosen):
-            task = np.empty(len(plans[i].tiles), TASK_DTYPE)
-            task["item"] = local
-            task["tile_y"], task["tile_x"] = plans[i].tiles[:, 0], plans[i].tiles[:, 1]
-            task_lists.append(task)
+            task_lists.append(_tasks(plans[i], local, mode))
         sub = records[chosen]
         launches.append(
             Launch(
@@ -527,6 +525,23 @@ def packed_views(layout: PackedLayout, launches, buffer, /, int64_type=np.int64)
     columns = len(EXPANSION_DTYPE.names)
     expansions = int64(layout.expansions, layout.expansion_count * columns, columns)
     return data, starts, ends, tables, expansions
+
+
+def _tasks(plan: ItemPlan, local: int, mode: int) -> np.ndarray:
+    """TASK_DTYPE records of the plan's tiles: one per tile, or in compact mode one per band of
+    fmt.COMPACT_BAND_ROWS rows (every band of a tile the region touches: the CPU decodes whole tiles too)."""
+    info = plan.info
+    tile_y, tile_x = plan.tiles[:, 0], plan.tiles[:, 1]
+    bands = np.ones(len(tile_y), np.int64)
+    if mode == fmt.MODE_COMPACT:
+        rows = np.minimum(info.tile_height, info.height - tile_y * info.tile_height)
+        bands = -(-rows // fmt.COMPACT_BAND_ROWS)
+    tasks = np.zeros(int(bands.sum()), TASK_DTYPE)
+    tasks["item"] = local
+    tasks["tile_y"], tasks["tile_x"] = np.repeat(tile_y, bands), np.repeat(tile_x, bands)
+    first = np.repeat(np.cumsum(bands) - bands, bands)
+    tasks["band_y"] = (np.arange(len(tasks)) - first) * fmt.COMPACT_BAND_ROWS
+    return tasks
 
 
 def _region_tiles(info: fmt.Info, region) -> np.ndarray:

@@ -299,10 +299,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     command.add_argument(
         "--tile-height", type=int, metavar="N",
-        help=f"fast mode only: a multiple of {fmt.FAST_TILE_HEIGHT_STEP} in {fmt.FAST_MIN_TILE_HEIGHT}"
-        f"..{fmt.FAST_MAX_TILE_HEIGHT} (default {fmt.DEFAULT_TILE_HEIGHT[fmt.MODE_FAST]}, or"
-        f" {fmt.FLAT_TILE_HEIGHT} for flat graphics and text where that is smaller); compact tiles are"
-        f" {fmt.COMPACT_TILE_HEIGHT} rows",
+        help=f"fast: a multiple of {fmt.FAST_TILE_HEIGHT_STEP} in {fmt.FAST_MIN_TILE_HEIGHT}"
+        f"..{fmt.FAST_MAX_TILE_HEIGHT} (default {fmt.DEFAULT_TILE_HEIGHT[fmt.MODE_FAST]}); compact: a multiple of"
+        f" {fmt.COMPACT_BAND_ROWS} up to {fmt.COMPACT_MAX_TILE_HEIGHT} (default {fmt.COMPACT_BAND_ROWS});"
+        f" either mode takes {fmt.FLAT_TILE_HEIGHT} for flat graphics and text where that is smaller",
     )
 
     command = _add_command(

@@ -46,7 +46,7 @@ def encode(
     transform: "subtract-green", "rg-mean" or "none"; default for 3-4 channels: the mode's
     format.DEFAULT_COLOUR_TRANSFORM.
     tile_width: the mode's format.DEFAULT_TILE_WIDTH (512).
-    tile_height: fast mode's default is format.DEFAULT_TILE_HEIGHT (64), or format.FLAT_TILE_HEIGHT where
+    tile_height: the mode's format.DEFAULT_TILE_HEIGHT (compact 32, fast 64), or format.FLAT_TILE_HEIGHT where
     that makes a smaller file of flat content, colour then in format.FLAT_COLOUR_TILE_WIDTH (see below).
     """
     from . import cpu
@@ -79,28 +79,31 @@ def encode(
     header = dict(width=width, height=height, channels=channels, bits=bits, mode=mode_id, transform=transform_id,
                   tile_width=tile_width)
     data, kind_bytes = _encode_planes(planes, header, tile_height)
-    # Fast mode, flat content: taller tiles hold more of the glyphs and widgets a tile's LZ block can
+    # Flat content: taller tiles hold more of the glyphs and widgets a tile's LZ block can
     # copy and spread a palette's table and an LZ stream's code tables over more pixels; photographs
     # gain nothing, and a crop then decodes whole 256-row tiles. Colour takes 256-wide tiles there,
     # one channel (pages of text, label maps) the default 512: screens of coloured text 0.52x their
     # PNG files at 256 wide, 0.53x at 512; grey pages of text 1.02x at 256, 0.83x at 512. A colour
     # image with some palette or LZ tiles also tries 256 x 64 (a wallpaper 0.80x at 512, 0.75x at 256;
     # photographs without them are 0.1-0.2% smaller at 512). Each kept only where smaller, narrower
-    # tiles by 1% (bench/results/codecs-vs-source.md).
-    if mode_id == fmt.MODE_FAST:
-        share = sum(kind_bytes[kind] for kind in _FLAT_KINDS) / kind_bytes.sum()
-        candidates = []
-        if channels > 1 and not chosen_width and share >= NARROW_SHARE and width > fmt.FLAT_COLOUR_TILE_WIDTH:
-            candidates.append((fmt.FLAT_COLOUR_TILE_WIDTH, tile_height))
-        if share >= FLAT_SHARE and not chosen_height and height > tile_height:
-            flat_width = tile_width if chosen_width or channels == 1 else fmt.FLAT_COLOUR_TILE_WIDTH
-            candidates.append((flat_width, fmt.FLAT_TILE_HEIGHT))
-        for candidate_width, candidate_height in candidates:
-            other, _ = _encode_planes(planes, dict(header, tile_width=candidate_width), candidate_height)
-            # narrower tiles cost a GPU more per sample (docs/gpu.md): they must save NARROW_GAIN
-            needed = len(data) * (1 - NARROW_GAIN) if candidate_width < tile_width else len(data)
-            if len(other) < needed:
-                data = other
+    # tiles by 1% (bench/results/codecs-vs-source.md). compact (whose tall tiles are bands of 32 rows,
+    # FORMAT.md §6) takes the tall tiles alike: grey pages of text 1.49x -> 0.85x their PNG files, coloured
+    # screens 0.76x -> 0.52x, generated flat graphics 0.62x -> 0.43x, label maps 0.99x -> 0.96x; its
+    # 256 x 32 tiles won on no image of the corpus, so compact does not try them (a second coding).
+    share = sum(kind_bytes[kind] for kind in _FLAT_KINDS) / kind_bytes.sum()
+    candidates = []
+    if (mode_id == fmt.MODE_FAST and channels > 1 and not chosen_width and share >= NARROW_SHARE
+            and width > fmt.FLAT_COLOUR_TILE_WIDTH):
+        candidates.append((fmt.FLAT_COLOUR_TILE_WIDTH, tile_height))
+    if share >= FLAT_SHARE and not chosen_height and height > tile_height:
+        flat_width = tile_width if chosen_width or channels == 1 else fmt.FLAT_COLOUR_TILE_WIDTH
+        candidates.append((flat_width, fmt.FLAT_TILE_HEIGHT))
+    for candidate_width, candidate_height in candidates:
+        other, _ = _encode_planes(planes, dict(header, tile_width=candidate_width), candidate_height)
+        # narrower tiles cost a GPU more per sample (docs/gpu.md): they must save NARROW_GAIN
+        needed = len(data) * (1 - NARROW_GAIN) if candidate_width < tile_width else len(data)
+        if len(other) < needed:
+            data = other
     return data
 
 

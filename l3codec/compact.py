@@ -1,9 +1,11 @@
 """`compact` mode: MED prediction, adaptive Golomb-Rice with gradient contexts, run mode.
 
-Every row of a 32-row tile-channel is its own bitstream with its own adaptive state,
-reset at the row start from values the encoder stores in the stream header. So a
-row needs only the row above (N, NW) and its own left neighbour (W): a GPU warp
-decodes a tile as a wavefront, lane r at pixel (r, c) on step r + c.
+Every row of a tile-channel is its own bitstream with its own adaptive state, reset at
+the row start from values the encoder stores in the stream header. So a row needs only
+the row above (N, NW) and its own left neighbour (W): a GPU warp decodes a band of 32
+rows as a wavefront, lane r at pixel (r, c) on step r + c. A taller tile is decoded band
+after band, each band's first row coded as a tile's first row is (no row above), so a
+warp never needs the rows of the band before.
 
 A GPU lane decodes with decode_sample, a per-sample step function over a small int64
 state array; the CPU decodes a whole row with decode_compact_row, the same steps with
@@ -17,7 +19,10 @@ from .bitio import (
     PEEK_BITS, W_ACC, W_LIMIT, W_NACC, W_POS, WRITER_STATE_SIZE, appended, bit_length, peek_window, put_bits, read_bits,
     trailing_zeros, writer_flush, writer_init,
 )
-from .format import KIND_CODED, STATUS_BAD_HEADER, STATUS_BAD_KIND, STATUS_BAD_SIZE, STATUS_CORRUPT, STATUS_OK
+from .format import (
+    COMPACT_BAND_ROWS, COMPACT_MAX_TILE_HEIGHT, KIND_CODED, STATUS_BAD_HEADER, STATUS_BAD_KIND, STATUS_BAD_SIZE,
+    STATUS_CORRUPT, STATUS_OK,
+)
 from .jit import device
 from .streams import constant_value, encode_uncoded
 
@@ -45,7 +50,7 @@ RUN_ORDER = np.array(
 # Stream header of a coded compact stream, after the kind byte.
 K_NIBBLE_BYTES = (CONTEXTS + 1) // 2
 HEADER_BYTES = 3 + K_NIBBLE_BYTES  # kind, run index, initial k per context in nibbles, row-length bit width
-MAX_LENGTH_TABLE_BYTES = (32 * 31 + 7) // 8
+MAX_LENGTH_TABLE_BYTES = (COMPACT_MAX_TILE_HEIGHT * 31 + 7) // 8
 MAX_PREFIX_BYTES = HEADER_BYTES + MAX_LENGTH_TABLE_BYTES
 
 # Decoder state: an int64 array.
@@ -590,12 +595,14 @@ def encode_compact_stream(tile, bits, out, start):
     row_events = np.zeros(height + 1, np.int64)
     repeats = np.zeros(height, np.bool_)
     for row in range(height):
-        repeats[row] = repeats_row_above(tile, row)
+        band_row = row % COMPACT_BAND_ROWS  # rows from the band's start: its first has no row above
+        band = tile[row - band_row:]
+        repeats[row] = repeats_row_above(band, band_row)
         if repeats[row]:
-            mapped_rows[row % 2, :] = 0
+            mapped_rows[band_row % 2, :] = 0
             row_events[row + 1] = row_events[row]
         else:
-            row_events[row + 1] = compact_row_events(tile, row, width, bits, mapped_rows, contexts, values,
+            row_events[row + 1] = compact_row_events(band, band_row, width, bits, mapped_rows, contexts, values,
                                                      row_events[row])
     # Measured: the initial k of each context and the run index.
     row_run_starts = np.zeros(height + 1, np.int64)
@@ -655,15 +662,16 @@ def decode_compact_stream(buf, start, end, tile, bits):
         row_end = pos + compact_row_length(buf, table_pos, length_bits, row)
         if row_end > end * 8:
             return STATUS_BAD_SIZE
+        band_row = row % COMPACT_BAND_ROWS  # rows from the band's start: its first has no row above
         if row_end == pos:  # a coded row takes at least one bit: zero means "copy the row above"
-            if row == 0:
+            if band_row == 0:
                 return STATUS_CORRUPT
             for col in range(width):
                 tile[row, col] = tile[row - 1, col]
-                mapped_rows[row % 2, col] = 0
+                mapped_rows[band_row % 2, col] = 0
             continue
-        pos, error = decode_compact_row(buf, pos, tile, row, width, bits, k_nibbles, run_index, sums, counts,
-                                        mapped_rows)
+        pos, error = decode_compact_row(buf, pos, tile[row - band_row:], band_row, width, bits, k_nibbles, run_index,
+                                        sums, counts, mapped_rows)
         if pos != row_end or error:
             return STATUS_CORRUPT
     if (pos + 7) // 8 != end:

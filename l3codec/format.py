@@ -18,10 +18,11 @@ from dataclasses import dataclass
 import numpy as np
 
 MAGIC = b"L3IM"
-VERSION = 8
-# Every version-2 to -7 file is a valid version-8 file (version 3 gave fast mode's group
+VERSION = 9
+# Every version-2 to -8 file is a valid version-9 file (version 3 gave fast mode's group
 # code 0 its sparse meaning, version 4 added the palette stream kinds, version 5 the fast coded
-# stream with the extended group codes, version 6 the LZ stream, version 7 the pixel LZ stream, version 8 their Huffman-coded forms). Version 1 differs in its
+# stream with the extended group codes, version 6 the LZ stream, version 7 the pixel LZ stream,
+# version 8 their Huffman-coded forms, version 9 compact tiles taller than one band). Version 1 differs in its
 # fast-mode stream (and had no transform 2): its compact files still decode, its fast files are
 # refused with this reason.
 def version_text(package_version: str) -> str:
@@ -55,7 +56,8 @@ KIND_PIXEL_LZ_CODED = 9  # kind 7 likewise (version 8)
 PALETTE_MAX_COLOURS = 256  # the count byte holds colours - 1
 PALETTE_HEADER_BYTES = 2  # kind, colours - 1
 
-COMPACT_TILE_HEIGHT = 32  # one warp lane per row
+COMPACT_BAND_ROWS = 32  # a compact tile is decoded in bands of a warp's 32 rows, a lane per row
+COMPACT_MAX_TILE_HEIGHT = 256  # 8 bands (version 9; before it, one band)
 TILE_WIDTH_STEP = 16  # tile widths are multiples of 16 (version 1's fast-mode group size)
 MIN_TILE_WIDTH = 16
 MAX_TILE_WIDTH = 4096
@@ -80,8 +82,9 @@ class Mode:
 
 
 MODE_SPECS = {
-    MODE_COMPACT: Mode(MODE_COMPACT, "compact", range(COMPACT_TILE_HEIGHT, COMPACT_TILE_HEIGHT + 1),
-                       default_tile_width=512, default_tile_height=COMPACT_TILE_HEIGHT,
+    MODE_COMPACT: Mode(MODE_COMPACT, "compact",
+                       range(COMPACT_BAND_ROWS, COMPACT_MAX_TILE_HEIGHT + 1, COMPACT_BAND_ROWS),
+                       default_tile_width=512, default_tile_height=COMPACT_BAND_ROWS,
                        default_transform=TRANSFORM_RGB_MEAN),
     MODE_FAST: Mode(MODE_FAST, "fast", range(FAST_MIN_TILE_HEIGHT, FAST_MAX_TILE_HEIGHT + 1, FAST_TILE_HEIGHT_STEP),
                     default_tile_width=512, default_tile_height=64, default_transform=TRANSFORM_RGB_MEAN),
@@ -242,7 +245,7 @@ def parse_header(data) -> tuple:
         raise L3Error(f"truncated: {buf.size} bytes is shorter than the {HEADER_SIZE}-byte header")
     header = buf[:HEADER_SIZE].view(HEADER_DTYPE)[0]
     version = int(header["version"])
-    if version not in (1, 2, 3, 4, 5, 6, 7, VERSION):
+    if version not in (1, 2, 3, 4, 5, 6, 7, 8, VERSION):
         raise L3Error(f"unsupported L3 version {version} (this decoder reads 1 (compact only), 2 to {VERSION})")
     if header["header_size"] != HEADER_SIZE:
         raise L3Error(f"header size {header['header_size']} != {HEADER_SIZE}")
@@ -253,6 +256,8 @@ def parse_header(data) -> tuple:
     check_geometry(width, height, channels, bits, mode, tile_width, tile_height)
     if version == 1 and mode == MODE_FAST:
         raise L3Error(FAST_V1_REFUSED)
+    if version < 9 and mode == MODE_COMPACT and tile_height != COMPACT_BAND_ROWS:
+        raise L3Error(f"compact tiles of L3 version {version} are {COMPACT_BAND_ROWS} rows tall, got {tile_height}")
     if transform not in TRANSFORM_NAMES or (version == 1 and transform == TRANSFORM_RGB_MEAN):
         raise L3Error(f"unknown colour transform {transform} for L3 version {version}")
     if transform != TRANSFORM_NONE and channels < 3:

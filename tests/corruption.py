@@ -93,11 +93,12 @@ def pack_bits(bits) -> bytes:
 
 def single_stream_file(stream, mode: int, height: int, *, width: int = WIDTH, bits: int = 8) -> bytes:
     """A valid file (checksums and all) around one stream of a 1-channel tile of width x height, or
-    around a tuple of streams, one per channel of the tile."""
+    around a tuple of streams, one per channel of the tile (compact: a tile of as many bands as height needs)."""
     streams = stream if isinstance(stream, tuple) else (stream,)
+    band = fmt.COMPACT_BAND_ROWS
     return fmt.pack(width=width, height=height, channels=len(streams), bits=bits, mode=mode,
                     transform=fmt.TRANSFORM_NONE, tile_width=width,
-                    tile_height=32 if mode == fmt.MODE_COMPACT else max(8, height),
+                    tile_height=max(band, -(-height // band) * band) if mode == fmt.MODE_COMPACT else max(8, height),
                     stream_ends=np.cumsum([len(s) for s in streams]), payload=b"".join(streams))
 
 
@@ -409,6 +410,18 @@ def status_cases() -> dict:
             compact_stream([RUN_PAST_THE_ROW_END, VALID_ROW], lengths=[17, 900]), 2, corrupt),
         "compact row 0 past the end, row 1 copied": (
             compact_stream([VALID_ROW, []], lengths=[90, 0]), 2, size),
+        # a tile of two bands (version 9): the second's first row has no row above, so it cannot copy one;
+        # its rows start where the first band's end; the end-of-stream check falls to the last band
+        "compact two bands": (compact_stream([VALID_ROW] * 34), 34, ok),
+        "compact two bands, copied rows": (compact_stream([VALID_ROW] + [[]] * 31 + [VALID_ROW, []]), 34, ok),
+        "compact second band's first row copied": (compact_stream([VALID_ROW] * 32 + [[], VALID_ROW]), 34, corrupt),
+        "compact second band's run past the row end": (
+            compact_stream([VALID_ROW] * 33 + [RUN_PAST_THE_ROW_END]), 34, corrupt),
+        "compact second band's row past the end": (
+            compact_stream([VALID_ROW] * 34, lengths=[1] * 33 + [300]), 34, size),
+        "compact two bands, bytes after the last row": (compact_stream([VALID_ROW] * 34, tail=b"\0"), 34, size),
+        "compact raw of two bands": (bytes([fmt.KIND_RAW]) + bytes(i & 255 for i in range(34 * WIDTH)), 34, ok),
+        "compact raw of two bands, a sample short": (bytes([fmt.KIND_RAW]) + bytes(34 * WIDTH - 1), 34, size),
         "fast valid": (fast_stream(VALID_FAST_ROWS), 3, ok),
         "fast every code": (fast_stream([fast_row([rice_group(SMALL, 6), packed_group(NOISY, 8)]),
                                          fast_row([packed_group([0] * 64, 0), rice_group([1, 0, 2, 1] * 4, 0)])]), 2, ok),

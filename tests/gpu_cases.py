@@ -27,6 +27,9 @@ IMAGES = [
     # pixel LZ streams (§5.3): a tile's channels interleaved in one block, dealt out to raw planes
     ("coloured_text", 12, 64, 3, np.uint8, "fast", 64, 8, "rg-mean"),
     ("coloured_text", 12, 40, 4, np.uint16, "compact", 32, 32, "none"),
+    # compact tiles of two bands (version 9): coded rows, and LZ, palette or raw planes across the band's edge
+    ("smooth_noise", 45, 17, 1, np.uint8, "compact", 16, 64, "none"),
+    ("coloured_text", 40, 32, 3, np.uint8, "compact", 32, 64, "rg-mean"),
 ]
 
 

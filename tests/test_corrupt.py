@@ -93,7 +93,7 @@ def test_resealed_payload_damage_never_crashes(name):
         ({"transform": 9}, "transform"),
         ({"tile_width": 0}, "tile width"),
         ({"tile_width": 65535}, "tile width"),
-        ({"tile_height": 1}, "32 rows"),
+        ({"tile_height": 1}, "multiple of 32"),
         ({"stream_count": 2**32 - 1}, "stream count"),
         ({"payload_size": 2**32 - 1}, "truncated"),
         ({"reserved": 1}, "reserved"),
@@ -113,10 +113,12 @@ def test_extreme_header_fields(fields, message):
         ("fast_gray", {"version": 1}, "fast-mode files of L3 format version 1 are no longer decodable"),
         ("compact_rgb", {"version": 1, "transform": fmt.TRANSFORM_RGB_MEAN}, "transform 2 for L3 version 1"),
         ("fast_gray", {"transform": fmt.TRANSFORM_RGB_MEAN}, "needs 3 or 4 channels"),
+        ("compact_rgb", {"version": 8, "tile_height": 64}, "compact tiles of L3 version 8 are 32 rows tall"),
     ],
 )
 def test_version_rules(name, fields, message):
-    """Version-1 files are compact with transform 0 or 1; transforms 1 and 2 need colour."""
+    """Version-1 files are compact with transform 0 or 1; transforms 1 and 2 need colour; compact tiles
+    before version 9 are one band."""
     data = with_header_fields(FILES[name], **fields)
     for read in (l3codec.info, l3codec.decode):
         with pytest.raises(l3codec.L3Error, match=message):
@@ -149,7 +151,7 @@ def _stream_padding_bit(data):
     for stream, (start, end) in enumerate(zip(parsed.stream_starts, parsed.stream_ends)):
         if data[start] != fmt.KIND_CODED:
             continue
-        rows = min(fmt.COMPACT_TILE_HEIGHT, info.height - stream // info.channels // info.tiles_x * fmt.COMPACT_TILE_HEIGHT)
+        rows = min(info.tile_height, info.height - stream // info.channels // info.tiles_x * info.tile_height)
         length_bits = data[start + 7]
         table = bits[(start + 8) * 8:(start + 8) * 8 + rows * length_bits].reshape(rows, length_bits)
         used = 8 * (8 + (rows * length_bits + 7) // 8) + int((table << np.arange(length_bits)).sum())

@@ -577,7 +577,7 @@ def test_kernel_constants_match_the_python_codec():
     python = {
         **{name: getattr(fmt, name) for name in constants
            if name.startswith(("KIND_", "STATUS_", "TRANSFORM_"))},
-        "COMPACT_TILE_HEIGHT": fmt.COMPACT_TILE_HEIGHT,
+        "COMPACT_BAND_ROWS": fmt.COMPACT_BAND_ROWS,
         "COMPACT_RING_MIN": fmt.MIN_TILE_WIDTH,
         "CONTEXTS": compact.CONTEXTS,
         "INTERRUPT_CONTEXT": compact.INTERRUPT_CONTEXT,

@@ -18,6 +18,7 @@ VERSION4 = GOLDEN / "v4"  # and by version 4
 VERSION5 = GOLDEN / "v5"  # and by version 5
 VERSION6 = GOLDEN / "v6"  # and by version 6
 VERSION7 = GOLDEN / "v7"  # and by version 7
+VERSION8 = GOLDEN / "v8"  # and by version 8
 
 
 def _stored_version(data):
@@ -133,8 +134,21 @@ def test_golden_files_hold_pixel_lz_streams():
     assert {(plain, "fast", 16, 4), (coded, "compact", 8, 3), (coded, "fast", 16, 4)} <= reached, reached
 
 
+def test_golden_files_hold_compact_tiles_of_several_bands():
+    """Version 9: compact tiles taller than a band, with coded streams (each band's first row without a
+    row above), palette and LZ tiles, and partial last bands."""
+    kinds, partial = set(), False
+    for name in NAMES:
+        data = (GOLDEN / f"{name}.l3").read_bytes()
+        info = l3codec.info(data)
+        if info.mode == "compact" and info.tile_height > fmt.COMPACT_BAND_ROWS:
+            kinds |= {int(data[start]) for start in fmt.parse(data).stream_starts}
+            partial |= info.height % info.tile_height % fmt.COMPACT_BAND_ROWS != 0
+    assert {fmt.KIND_CODED, fmt.KIND_PALETTE, fmt.KIND_PIXEL_LZ_CODED} <= kinds and partial, kinds
+
+
 OLDER_FILES = [(version, path) for version, folder in ((2, VERSION2), (3, VERSION3), (4, VERSION4), (5, VERSION5),
-                                                       (6, VERSION6), (7, VERSION7))
+                                                       (6, VERSION6), (7, VERSION7), (8, VERSION8))
                for path in sorted(folder.glob("*.l3"))]
 
 
@@ -142,8 +156,9 @@ OLDER_FILES = [(version, path) for version, folder in ((2, VERSION2), (3, VERSIO
 def test_older_files_still_decode(version, path):
     """Each version gave meaning only to bytes the one before never wrote (version 3: a fast group
     code; 4: the palette stream kinds; 5: the fast stream kind with extended group codes; 6: the LZ
-    stream kind; 7: the pixel LZ stream kind; 8: the coded LZ stream kinds), so files of versions 2 to 7
-    decode unchanged, on the CPU and through the GPU batch's host validation."""
+    stream kind; 7: the pixel LZ stream kind; 8: the coded LZ stream kinds; 9: compact tile heights
+    above 32), so files of versions 2 to 8 decode unchanged, on the CPU and through the GPU batch's host
+    validation."""
     from l3codec import batch
 
     data = path.read_bytes()

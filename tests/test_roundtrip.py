@@ -238,10 +238,11 @@ def test_fast_code_tables_name_each_form_once(bits):
         (fast.FORM_RICE, k) for k in range(fast.max_rice_k(bits) + 1)]
 
 
-def test_fast_mode_takes_taller_tiles_for_flat_content_where_smaller():
+def test_taller_tiles_for_flat_content_where_smaller():
     """codec.encode's fast default: 512 x 64 tiles, or taller ones where a file of flat content (palette
     and LZ streams) is smaller so, colour in 256-wide tiles; 64 rows for photographs and an explicit
-    tile_height; colour with some palette or LZ tiles in 256 x 64 where that is 1% smaller."""
+    tile_height; colour with some palette or LZ tiles in 256 x 64 where that is 1% smaller. compact
+    alike from 512 x 32 (its tall tiles decoded in bands of 32 rows)."""
     screen = make_image("coloured_text", 300, 600, 3, np.uint8, 4)
     photo = make_image("smooth_noise", 300, 600, 3, np.uint8, 4)
     data = l3codec.encode(screen, mode="fast")
@@ -268,7 +269,13 @@ def test_fast_mode_takes_taller_tiles_for_flat_content_where_smaller():
         assert (narrow < 0.99 * wide) == (width == 256)
         np.testing.assert_array_equal(l3codec.decode(chosen), image)
     assert l3codec.info(l3codec.encode(screen, mode="fast", tile_width=512)).tile_width == 512
-    assert l3codec.info(l3codec.encode(screen, mode="compact")).tile_height == 32
+    tall = l3codec.encode(screen, mode="compact")
+    assert (l3codec.info(tall).tile_width, l3codec.info(tall).tile_height) == (fmt.FLAT_COLOUR_TILE_WIDTH,
+                                                                               fmt.FLAT_TILE_HEIGHT)
+    assert len(tall) < len(l3codec.encode(screen, mode="compact", tile_width=256, tile_height=32))
+    np.testing.assert_array_equal(l3codec.decode(tall), screen)
+    np.testing.assert_array_equal(l3codec.decode(tall, region=(40, 100, 200, 300)), screen[40:240, 100:400])
+    assert l3codec.info(l3codec.encode(photo, mode="compact")).tile_height == 32
 
 
 def test_region_decodes_only_intersecting_tiles():
@@ -322,7 +329,8 @@ def test_flat_content_costs_far_below_one_bit_per_pixel():
     [
         ({"mode": "best"}, "mode"),
         ({"tile_width": 20}, "tile width"),
-        ({"mode": "compact", "tile_height": 64}, "32 rows"),
+        ({"mode": "compact", "tile_height": 48}, "multiple of 32"),
+        ({"mode": "compact", "tile_height": 288}, "multiple of 32"),
         ({"mode": "fast", "tile_height": 12}, "tile height"),
         ({"transform": "ycocg"}, "transform"),
         ({"tile_width": "x"}, "integer"),
