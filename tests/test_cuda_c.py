@@ -29,10 +29,13 @@ from l3codec.kernels import cuda_c, emulation
 ORDERS = ("forward", "reversed", "shuffled")
 
 
-def _encode(image, mode, tile_width, tile_height=None, transform=None):
+def _encode(image, mode, tile_width, tile_height=None, transform=None, compact_height=None):
+    """tile_height is fast mode's (default 8), compact_height compact's (default: the encoder's choice)."""
     options = {"mode": mode, "tile_width": tile_width, "transform": transform}
     if mode == "fast":
         options["tile_height"] = tile_height or 8
+    elif compact_height:
+        options["tile_height"] = compact_height
     return l3codec.encode(image, **options)
 
 
@@ -252,7 +255,9 @@ def _random_batch(seed):
         image = make_image(
             str(rng.choice(KINDS)), h, w, int(rng.integers(1, 5)), dtype, int(rng.integers(1 << 16))
         )
-        files.append(_encode(image, mode, int(rng.choice([16, 32, 48, 128, 144])), int(rng.choice([8, 16, 24]))))
+        tile_height = int(rng.choice([8, 16, 24]))  # compact: tiles of 1 to 3 bands
+        files.append(_encode(image, mode, int(rng.choice([16, 32, 48, 128, 144])), tile_height,
+                             compact_height=4 * tile_height))
         y, x = int(rng.integers(h)), int(rng.integers(w))
         regions.append((y, x, int(rng.integers(1, h - y + 1)), int(rng.integers(1, w - x + 1))))
     return files, regions
@@ -298,9 +303,10 @@ def test_corrupt_streams_report_status(mode):
         _encode(make_image("labels", 40, 33, 1, np.uint16, 2), mode, 16),
         _encode(make_image("flat_graphics", 33, 40, 3, np.uint8, 3), mode, 16),  # palettes and members
         _encode(make_image("coloured_text", 40, 128, 3, np.uint8, 1), mode, 128, 16),  # coded LZ streams
+        _encode(make_image("smooth_noise", 75, 24, 1, np.uint8, 4), mode, 16, 16, compact_height=64),  # compact bands
     ]
     assert stream_census(sources[2])["member"] and stream_census(sources[3])["huffman"]
-    damaged = [mutate_payload(sources[i % len(sources)], rng) for i in range(64)]
+    damaged = [mutate_payload(sources[i % len(sources)], rng) for i in range(80)]
     images, status = decode_batch_emulated(damaged, order="shuffled", seed=1)
     rejected = 0
     for data, image, code in zip(damaged, images, status):
