@@ -8,7 +8,7 @@ images repeated to --batch), both backends and both modes, next to CPU PNG decod
 
 Without one: the ptxas resource report of the CUDA C kernels (NVRTC, sm_80 and
 sm_90) and an ESTIMATE, computed from the real encoded frames: bytes read and
-written per image, warp steps per tile, and the fraction of lane-steps that do
+written per image, warp steps per tile (compact: per band of 32 rows), and the fraction of lane-steps that do
 useful work under the kernels' schedules. Nothing there is a measurement of speed.
 
 Everywhere: the global memory traffic of the CUDA C kernels, counted per warp
@@ -71,18 +71,21 @@ def gpu_present() -> bool:
 
 
 def compact_schedule(info: fmt.Info) -> tuple:
-    """(busy lane-steps, issued lane-steps, warp steps) of the wavefront over every tile-channel.
+    """(busy lane-steps, issued lane-steps, warp steps) of the wavefront over every band of every
+    tile-channel.
 
-    A warp runs h + w - 1 steps for an h x w tile; lane r is useful on w of them.
+    A warp runs h + w - 1 steps for an h x w band (h <= 32); lane r is useful on w of them.
     """
     useful = issued = steps = 0
     for ty in range(info.tiles_y):
-        h = min(info.tile_height, info.height - ty * info.tile_height)
-        for tx in range(info.tiles_x):
-            w = min(info.tile_width, info.width - tx * info.tile_width)
-            useful += h * w * info.channels
-            issued += WARP * (h + w - 1) * info.channels
-            steps += (h + w - 1) * info.channels
+        tile_h = min(info.tile_height, info.height - ty * info.tile_height)
+        for band_y in range(0, tile_h, fmt.COMPACT_BAND_ROWS):
+            h = min(fmt.COMPACT_BAND_ROWS, tile_h - band_y)
+            for tx in range(info.tiles_x):
+                w = min(info.tile_width, info.width - tx * info.tile_width)
+                useful += h * w * info.channels
+                issued += WARP * (h + w - 1) * info.channels
+                steps += (h + w - 1) * info.channels
     return useful, issued, steps
 
 

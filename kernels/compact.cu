@@ -381,7 +381,7 @@ L3_DEVICE void decode_compact_tile(const unsigned char* __restrict__ data, long 
     }
 
     // ---- status: the first failing row in row order, as the CPU decoder stops there (a tall tile's
-    // bands report apart: where two of them fail, either status may be the item's, as for two tiles)
+    // bands report apart: where a later band fails too, its status may be the item's, FORMAT.md §8)
     if (decoding) {
         int code = lane_status;
         if (source == SOURCE_CODED) {

@@ -7,7 +7,8 @@ mirror as structs (kernels/l3_batch.cuh) and the Numba kernels index by field.
 This module imports neither cupy nor numba.
 
 A launch decodes the items of one mode (8- and 16-bit alike): one block per task,
-a task being one tile of one item that intersects the item's region. Before the launches, the
+a task being one tile of one item that intersects the item's region (in compact mode, one band
+of 32 rows of such a tile). Before the launches, the
 LZ streams of those tiles (kind 6, docs/FORMAT.md §5.2) are expanded on the device by a kernel
 of their own into raw streams in a scratch area after the packed bytes, and the stream tables
 point there: the decode kernels read them as any raw stream.

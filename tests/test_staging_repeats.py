@@ -47,8 +47,8 @@ def test_sixteen_items_over_six_samples_fit_and_decode(tmp_path):
 
 def test_a_sample_of_tall_compact_tiles_fits(tmp_path):
     """A compact file of 256-row tiles (format 9) has a GPU task per band of 32 rows, 8 per tile: a
-    blank page in such tiles (a writer other than the converter may choose them), whose constant
-    streams cost 6 bytes each, needs more task records than one per stream."""
+    blank page in such tiles (the encoder keeps a blank page in 32-row tiles; another writer may not),
+    whose constant streams cost 6 bytes each, needs more task records than one per stream."""
     page = np.full((2048, 4096), 255, np.uint8)
     data = l3codec.encode(page, mode="compact", tile_height=256)
     split = tmp_path / "train"
