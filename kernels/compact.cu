@@ -176,7 +176,7 @@ L3_DEVICE void decode_compact_tile(const unsigned char* __restrict__ data, long 
     const int channels = (int)item.channels;
     // a launch that does not fit the item (a sample size the kernel lacks, too few warps) reports instead
     if (item.bits != BITS || blockDim.x != 32 || (int)blockDim.y < channels || blockDim.z != 1) {
-        if (threadIdx.x == 0 && threadIdx.y == 0) report_status(status, task.item, STATUS_BAD_HEADER);
+        if (threadIdx.x == 0 && threadIdx.y == 0) report_status(status, task.item, STATUS_BAD_HEADER, 0);
         return;
     }
     const int lane = threadIdx.x;
@@ -381,7 +381,7 @@ L3_DEVICE void decode_compact_tile(const unsigned char* __restrict__ data, long 
     }
 
     // ---- status: the first failing row in row order, as the CPU decoder stops there (a tall tile's
-    // bands report apart: where a later band fails too, its status may be the item's, FORMAT.md §8)
+    // bands report apart, each with its own rank: an earlier band's status is the item's)
     if (decoding) {
         int code = lane_status;
         if (source == SOURCE_CODED) {
@@ -396,7 +396,9 @@ L3_DEVICE void decode_compact_tile(const unsigned char* __restrict__ data, long 
             if (!failing && band_y + h == tile_h && (row_ends[h - 1] + 7) / 8 != stream_ends[stream])
                 code = STATUS_BAD_SIZE;
         }
-        if (lane == 0) report_status(status, task.item, code);
+        if (lane == 0)
+            report_status(status, task.item, code,
+                          stream_rank(items, tasks, channel) + band_y / COMPACT_BAND_ROWS);
     }
 }
 

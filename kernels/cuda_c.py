@@ -9,7 +9,7 @@ Launch ABI (both kernels; each decodes 8- and 16-bit items)::
 with the tables of ``l3codec.batch.prepare`` (L3Item/L3Task mirror ITEM_DTYPE/TASK_DTYPE in
 kernels/l3_batch.cuh), gridDim.x = task_count, blockDim = :func:`block_shape`, dynamic
 shared memory = :func:`shared_memory_bytes`, status zeroed by the host (one int32 per
-item of the launch: the first nonzero STATUS_* of the item's streams). ``data`` at an
+item of the launch; it ends as batch.status_key of the item's first failing stream, or 0). ``data`` at an
 8-byte aligned address takes the word load path (any address works, slower); ``out``
 must be 2-byte aligned when the launch holds 16-bit items.
 
@@ -313,7 +313,7 @@ def expand_grid(count: int) -> tuple:
 
 def launch_expand(data, expansions, status, *, stream=None):
     """Expand a packed batch's LZ streams into its scratch area (batch.packed_views: data is the whole
-    device buffer, expansions its (n, 10) int64 table, status the batch's int32 status array)."""
+    device buffer, expansions its (n, 11) int64 table, status the batch's int32 status array)."""
     count = int(expansions.shape[0])
     if count == 0:
         return

@@ -4,7 +4,8 @@
 // files as C++17. Under nvcc or NVRTC it defines nothing.
 //
 // Every CUDA thread of a block runs as a coroutine (ucontext to start, _setjmp/_longjmp to
-// switch) under a cooperative scheduler; blocks run one after another. A thread runs until
+// switch) under a cooperative scheduler; blocks run one after another, in grid order, reversed or
+// shuffled as the threads are (below). A thread runs until
 // it reaches a rendezvous (__syncthreads*, __syncwarp, __shfl*_sync, __ballot_sync) or
 // exits. A warp operation completes when the last lane its mask names arrives at the same
 // one (same call site, same mask); a __syncthreads when the last thread of the block
@@ -554,7 +555,12 @@ int launch(dim3 grid, dim3 block, size_t shared_bytes, int order, unsigned seed,
     for (size_t i = 0; i < count; ++i) e.rank[i] = e.order == REVERSED ? (int)(count - 1 - i) : (int)i;
     for (size_t i = 0; i < count; ++i) e.by_rank[e.rank[i]] = (int)i;
     e.ready.assign((count + 63) / 64, 0);
-    for (unsigned b = 0; b < grid.x; ++b) {
+    // blocks one after another, in the threads' order (a seeded permutation when shuffled): a GPU runs
+    // them in any order, so whatever blocks report together (an item's status) must not depend on it
+    std::vector<unsigned> blocks(grid.x);
+    for (unsigned b = 0; b < grid.x; ++b) blocks[b] = e.order == REVERSED ? grid.x - 1 - b : b;
+    if (e.order == SHUFFLED) std::shuffle(blocks.begin(), blocks.end(), e.rng);
+    for (const unsigned b : blocks) {
         e.block_idx = {b, 0, 0};
         e.at_barrier = 0;
         if (e.shared) memset(e.shared, (int)((0xA5 + 0x3B * seed) & 0xFF), e.shared_capacity);  // seed 0: 0xA5
@@ -647,6 +653,12 @@ template <typename V, typename W>
 inline V atomicAdd(V* address, W value) {
     const V old = *address;
     *address = old + (V)value;
+    return old;
+}
+template <typename V, typename W>
+inline V atomicMax(V* address, W value) {
+    const V old = *address;
+    *address = old > (V)value ? old : (V)value;
     return old;
 }
 template <typename V, typename W>

@@ -411,8 +411,8 @@ def with_scratch(batch) -> tuple:
 def expand_emulated(data: np.ndarray, expansions: np.ndarray, status: np.ndarray, order: str = "forward",
                     seed: int = 0, *, lib: ctypes.CDLL | None = None) -> None:
     """Run l3_expand_lz under the emulator, as gpu.launch_packed does before the decode launches:
-    data the whole buffer (scratch area included), expansions EXPANSION_DTYPE records or their (n, 10)
-    int64 view, status the int32 array their status_index entries name."""
+    data the whole buffer (scratch area included), expansions EXPANSION_DTYPE records or their (n, 11)
+    int64 view, status the int32 array their status_index entries name (batch.status_key entries)."""
     expansions = np.ascontiguousarray(expansions)
     count = len(expansions)
     if count == 0:
@@ -438,8 +438,8 @@ def decode_batch_emulated(
     """Decode L3 files with the emulated CUDA C kernels.
 
     Returns (images, status): one array per item as l3codec.decode returns it (HW or HWC),
-    and an int32 array with each item's status (0, or the first nonzero STATUS_* any of its
-    streams reported). Raises EmulationError when the emulator detects a divergent barrier or
+    and an int32 array with each item's status (0, or the STATUS_* of its first failing stream in
+    stream order, as the CPU decoder names it: batch.status_codes of the kernels' entries). Raises EmulationError when the emulator detects a divergent barrier or
     shuffle, and AssertionError when a kernel wrote outside the items' output regions. The
     input bytes end at an inaccessible page (see GuardedBuffer for `guard`), so a read past
     data_size faults. block overrides cuda_c.block_shape (to test the kernels' launch checks).
@@ -503,11 +503,11 @@ def decode_batch_emulated(
             coverage.add_from(lib)
         if result != 0:
             raise EmulationError(f"{cuda_c.kernel_name(launch)}: {lib.l3emu_last_error().decode()}")
-        status[launch.item_index] = np.where(status[launch.item_index] != 0, status[launch.item_index], launch_status)
+        status[launch.item_index] = np.maximum(status[launch.item_index], launch_status)  # as one device array
     written = np.zeros(out.size, bool)
     for offset, shape, dtype in zip(batch.out_offsets, batch.shapes, batch.dtypes):
         written[offset : offset + int(np.prod(shape)) * dtype.itemsize] = True
     outside = np.flatnonzero(~written & (out != CANARY))
     assert outside.size == 0, f"kernels wrote outside the output regions at bytes {outside[:10]}"
     images = [view.copy() for view in l3batch.split_output(batch, out[: batch.out_size])]
-    return images, status
+    return images, l3batch.status_codes(status)

@@ -436,7 +436,7 @@ L3_DEVICE void decode_fast_tile(const unsigned char* __restrict__ data, long lon
     const int tid = threadIdx.x;
     // a launch that does not fit the item (a sample size the kernel lacks, a wrong block) reports instead
     if (item.bits != BITS || blockDim.x != FAST_THREADS || blockDim.y != 1 || blockDim.z != 1) {
-        if (tid == 0) report_status(status, task.item, STATUS_BAD_HEADER);
+        if (tid == 0) report_status(status, task.item, STATUS_BAD_HEADER, 0);
         return;
     }
     const int channels = (int)item.channels;
@@ -553,7 +553,7 @@ L3_DEVICE void decode_fast_tile(const unsigned char* __restrict__ data, long lon
         // the stream ends in the byte holding its last bit
         if (code == STATUS_OK && sh.source[tid] == SOURCE_CODED && (sh.data_pos[tid] + 7) / 8 != sh.end[tid])
             code = STATUS_BAD_SIZE;
-        report_status(status, task.item, code);
+        report_status(status, task.item, code, stream_rank(items, tasks, tid));
     }
 }
 

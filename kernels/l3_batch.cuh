@@ -44,11 +44,12 @@ struct L3Expansion {
     long long channels;      // planes: 1, or a pixel LZ stream's channels (its interleaved output after them)
     long long sample_bytes;
     long long member_status;  // a status the host found in a pixel LZ tile's members, reported with the expansion's
+    long long status_rank;    // the rank both report with (l3::report_status)
 };
 
 #define L3_ITEM_FIELDS 16
 #define L3_TASK_FIELDS 4
-#define L3_EXPANSION_FIELDS 10
+#define L3_EXPANSION_FIELDS 11
 static_assert(sizeof(L3Item) == L3_ITEM_FIELDS * 8, "L3Item must be 16 packed int64");
 static_assert(sizeof(L3Task) == L3_TASK_FIELDS * 8, "L3Task must be 4 packed int64");
-static_assert(sizeof(L3Expansion) == L3_EXPANSION_FIELDS * 8, "L3Expansion must be 10 packed int64");
+static_assert(sizeof(L3Expansion) == L3_EXPANSION_FIELDS * 8, "L3Expansion must be 11 packed int64");

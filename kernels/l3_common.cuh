@@ -73,6 +73,11 @@ enum : int {  // format.STATUS_*
     STATUS_BAD_HEADER = 3,
     STATUS_CORRUPT = 4,
 };
+enum : int {  // batch.STATUS_*: how an item's status entry keeps its first failing stream's code
+    STATUS_CODE_BITS = 3,
+    STATUS_BAND_BITS = 3,
+    STATUS_RANK_LIMIT = 1 << 28,
+};
 
 enum : int { TRANSFORM_SUBTRACT_GREEN = 1, TRANSFORM_RGB_MEAN = 2 };
 
@@ -166,9 +171,21 @@ L3_DEVICE V min_of(V a, V b) { return a < b ? a : b; }
 template <typename V>
 L3_DEVICE V max_of(V a, V b) { return a > b ? a : b; }
 
-// Report a stream's status: the first nonzero code of an item wins.
-L3_DEVICE void report_status(int* status, long long item, int code) {
-    if (code != STATUS_OK) atomicCAS(&status[item], 0, code);
+// Report a failing stream's code. rank: the stream's index among its item's streams << STATUS_BAND_BITS,
+// plus a compact tile's band. The item's entry keeps the largest key, the lowest rank's, so it ends with
+// the code of the first failing stream (band) in stream order, as the CPU decoder reports (batch.status_key).
+L3_DEVICE void report_status(int* status, long long item, int code, long long rank) {
+    if (code != STATUS_OK)
+        atomicMax(&status[item], (int)(((STATUS_RANK_LIMIT - 1 - rank) << STATUS_CODE_BITS) | code));
+}
+
+// The rank of this block's task's tile-channel stream (band 0; a compact band adds its index), for the
+// report at a kernel's end: its fields are read again there (volatile, so not kept from the kernel's
+// start: kept, they spilled other registers in both decode kernels).
+L3_DEVICE long long stream_rank(const L3Item* items, const L3Task* tasks, int channel) {
+    const volatile L3Task& task = tasks[blockIdx.x];
+    const volatile L3Item& item = items[task.item];
+    return ((task.tile_y * item.tiles_x + task.tile_x) * item.channels + channel) << STATUS_BAND_BITS;
 }
 
 // ------------------------------------------------------------------ bit reading (bitio.py)

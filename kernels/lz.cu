@@ -6,7 +6,7 @@
 // dealt out into a raw stream per channel. The stream tables already point there (a pixel LZ tile's
 // members too), so the decode kernels read raw streams. A block that does not make exactly the
 // tile's bytes reports STATUS_CORRUPT for its item, as l3codec/lz.py's expand_lz does; a bad member
-// the host found reports its own status (member_status: BAD_KIND or BAD_SIZE).
+// the host found reports its own status (member_status: BAD_KIND or BAD_SIZE) where the block is sound.
 //
 // Every lane reads the same token and length bytes (branches stay warp-uniform); the lanes copy a
 // sequence's literals and its match 32 bytes at a time. A Huffman-coded block (kinds 8 and 9,
@@ -314,7 +314,7 @@ extern "C" __global__ void __launch_bounds__(32 * l3::LZ_WARPS_PER_BLOCK)
         }
     }
     if (lane == 0) {
-        if (code != l3::STATUS_OK) atomicCAS(&status[e.status_index], 0, code);
-        if (e.member_status != l3::STATUS_OK) atomicCAS(&status[e.status_index], 0, (int)e.member_status);
+        // the stream's own status first (one report: a key of the same rank and a larger code would win)
+        l3::report_status(status, e.status_index, code != l3::STATUS_OK ? code : (int)e.member_status, e.status_rank);
     }
 }

@@ -100,9 +100,10 @@ X_SOURCE, X_SOURCE_END, X_PREFIX_START = _EXPANSION["source"], _EXPANSION["sourc
 X_PREFIX_BYTES, X_TARGET, X_PLANE_BYTES, X_STATUS_INDEX = (
     _EXPANSION["prefix_bytes"], _EXPANSION["target"], _EXPANSION["plane_bytes"], _EXPANSION["status_index"]
 )
-X_CHANNELS, X_SAMPLE_BYTES, X_MEMBER_STATUS = (
-    _EXPANSION["channels"], _EXPANSION["sample_bytes"], _EXPANSION["member_status"]
+X_CHANNELS, X_SAMPLE_BYTES, X_MEMBER_STATUS, X_STATUS_RANK = (
+    _EXPANSION["channels"], _EXPANSION["sample_bytes"], _EXPANSION["member_status"], _EXPANSION["status_rank"]
 )
+STATUS_CODE_BITS, STATUS_BAND_BITS, STATUS_RANK_LIMIT = batch.STATUS_CODE_BITS, batch.STATUS_BAND_BITS, batch.STATUS_RANK_LIMIT
 KIND_RAW = fmt.KIND_RAW
 
 KIND_CODED = fmt.KIND_CODED
@@ -127,10 +128,11 @@ PERIOD = fast.PERIOD
 
 
 @cuda.jit(device=True, inline="always")
-def report(status, item, code):
-    """Keep the first nonzero status of an item."""
+def report(status, item, code, rank):
+    """Report a failing stream of rank `rank`: the item's entry keeps the first failing stream's
+    batch.status_key (the largest)."""
     if code != STATUS_OK:
-        cuda.atomic.cas(status, item, 0, code)
+        cuda.atomic.max(status, item, np.int32(((STATUS_RANK_LIMIT - 1 - rank) << STATUS_CODE_BITS) | code))
 
 
 @cuda.jit(device=True, inline="always")
@@ -138,6 +140,12 @@ def stream_id(items, tasks, task, item, channel):
     """Index of the task's tile-channel in the batch's stream arrays."""
     tile = tasks[task, T_TILE_Y] * items[item, I_TILES_X] + tasks[task, T_TILE_X]
     return items[item, I_STREAM_BASE] + tile * items[item, I_CHANNELS] + channel
+
+
+@cuda.jit(device=True, inline="always")
+def stream_rank(items, tasks, task, item, channel):
+    """The status rank of the task's tile-channel stream (batch.status_key; a compact band adds its index)."""
+    return (stream_id(items, tasks, task, item, channel) - items[item, I_STREAM_BASE]) << STATUS_BAND_BITS
 
 
 @cuda.jit(device=True, inline="always")
@@ -383,7 +391,7 @@ def decode_compact(data, stream_starts, stream_ends, items, tasks, out, status):
             if row_codes[channel, row] != STATUS_OK:
                 code = row_codes[channel, row]
                 break
-        report(status, item, code)
+        report(status, item, code, stream_rank(items, tasks, task, item, channel) + band_y // WARP)
 
 
 @cuda.jit(device=True, inline="always")
@@ -598,7 +606,7 @@ def decode_fast(data, stream_starts, stream_ends, items, tasks, ring_rows, out, 
             if (data_pos[channel] + 7) // 8 != stream_ends[stream]:
                 code = STATUS_BAD_SIZE  # the stream ends in the byte holding its last bit
         if thread == 0:
-            report(status, item, code)
+            report(status, item, code, stream_rank(items, tasks, task, item, channel))
 
 
 @cuda.jit(device=True, inline="always")
@@ -707,8 +715,9 @@ def expand_streams(data, expansions, status):
                 at = pixels + pixel_offset(pixel, channel, channels, sample_bytes)
                 for byte in range(sample_bytes):
                     data[target + channel * span + 1 + pixel * sample_bytes + byte] = data[at + byte]
-    report(status, expansions[index, X_STATUS_INDEX], code)
-    report(status, expansions[index, X_STATUS_INDEX], expansions[index, X_MEMBER_STATUS])
+    # the stream's own status first (one report: a key of the same rank and a larger code would win)
+    report(status, expansions[index, X_STATUS_INDEX], code if code != STATUS_OK else expansions[index, X_MEMBER_STATUS],
+           expansions[index, X_STATUS_RANK])
 
 
 EXPAND_THREADS = WARP

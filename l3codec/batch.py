@@ -48,6 +48,32 @@ ITEM_DTYPE = np.dtype(
 )
 assert ITEM_DTYPE.itemsize == 16 * 8
 
+# Each item's entry of a launch's int32 status array (zeroed by the host) ends as 0, or as the status of
+# the item's first failing stream in stream order, a tall compact tile's bands in band order: the one the
+# CPU decoder names (docs/FORMAT.md §8), though the GPU's tiles and bands fail in any order. A failing
+# stream reports status_key(code, rank), rank = its index among the item's streams << STATUS_BAND_BITS,
+# plus its band; the kernels keep the largest key (an atomic max), which is the lowest rank's, and 0 stays
+# "no failure". status_codes() takes the codes back.
+STATUS_CODE_BITS = 3  # codes 0 .. 4
+STATUS_BAND_BITS = 3  # bands 0 .. 7: fmt.COMPACT_MAX_TILE_HEIGHT // fmt.COMPACT_BAND_ROWS
+STATUS_RANK_LIMIT = 1 << 28  # keys stay below 2**31
+assert fmt.COMPACT_MAX_TILE_HEIGHT // fmt.COMPACT_BAND_ROWS <= 1 << STATUS_BAND_BITS
+assert max(fmt.STATUS_MESSAGES) < 1 << STATUS_CODE_BITS
+# the most streams an image may have (the smallest tiles, partial ones along both edges) have ranks below it
+assert 4 * (fmt.MAX_PIXELS // (fmt.MIN_TILE_WIDTH * fmt.FAST_MIN_TILE_HEIGHT) + fmt.MAX_DIM // fmt.MIN_TILE_WIDTH
+            + fmt.MAX_DIM // fmt.FAST_MIN_TILE_HEIGHT + 1) << STATUS_BAND_BITS < STATUS_RANK_LIMIT
+
+
+def status_key(code, rank):
+    """What a stream of rank `rank` that fails with `code` reports (the kernels' report_status)."""
+    return ((STATUS_RANK_LIMIT - 1 - rank) << STATUS_CODE_BITS) | code
+
+
+def status_codes(entries) -> np.ndarray:
+    """The status codes (format.STATUS_*) of a status array's entries."""
+    return np.asarray(entries) & ((1 << STATUS_CODE_BITS) - 1)
+
+
 # One record per block: a tile of an item; in compact mode a band of a tile (band_y: the band's first
 # tile row), the bands of one tile decoded by blocks of their own (fast: band_y 0, the whole tile).
 TASK_DTYPE = np.dtype([("item", "<i8"), ("tile_y", "<i8"), ("tile_x", "<i8"), ("band_y", "<i8")])
@@ -61,7 +87,8 @@ assert TASK_DTYPE.itemsize == 4 * 8
 # more than one, the block's interleaved output after them (samples of sample_bytes). status_index:
 # the entry of the status array its item reports in; member_status: a status the host found in the
 # tile's members (kind 7 or 9: STATUS_BAD_KIND or STATUS_BAD_SIZE, as streams.open_stream), which the
-# expansion reports too.
+# expansion reports too; status_rank: the rank both report with (the stream's, see status_key: a pixel LZ
+# tile's members follow its channel-0 stream, and the expansion reports the stream's own status first).
 EXPANSION_DTYPE = np.dtype(
     [
         ("source", "<i8"),
@@ -74,9 +101,10 @@ EXPANSION_DTYPE = np.dtype(
         ("channels", "<i8"),
         ("sample_bytes", "<i8"),
         ("member_status", "<i8"),
+        ("status_rank", "<i8"),
     ]
 )
-assert EXPANSION_DTYPE.itemsize == 10 * 8
+assert EXPANSION_DTYPE.itemsize == 11 * 8
 
 
 @dataclass
@@ -389,6 +417,7 @@ def _lz_expansions(plans, data, stream_base, stream_starts, stream_ends) -> Expa
         record["prefix_start"], record["prefix_bytes"] = starts[lz], plane[lz] - starts[lz]
         record["plane_bytes"] = heights * widths * sample_bytes
         record["status_index"] = item
+        record["status_rank"] = used[lz] << STATUS_BAND_BITS
         record["channels"] = np.where(pixels[lz], info.channels, 1)
         record["sample_bytes"] = sample_bytes
         # a pixel LZ tile's members, checked as open_stream does (the GPU reads their planes instead)

@@ -94,7 +94,8 @@ def decode_prepared(prepared: batching.Batch, /, *, backend: str = "cupy", out=N
     if backend not in BACKENDS:
         raise L3Error(f"backend must be one of {BACKENDS}, not {backend!r}")
     run = _run_numba if backend == "numba" else _run_cupy
-    output, status = run(prepared, out, stream)
+    output, entries = run(prepared, out, stream)
+    status = batching.status_codes(entries)
     bad = np.flatnonzero(status)
     if bad.size:
         details = "; ".join(
@@ -128,7 +129,8 @@ def launch_packed(prepared: batching.Batch, layout: batching.PackedLayout, buffe
 
     buffer, out: flat uint8 device arrays of the backend (CuPy or Numba), buffer of layout.device_size
     bytes (the packed bytes, then room for the expanded LZ streams); status: a zeroed int32 device
-    array, one entry per item, filled in status_order(prepared). Nothing is copied or synchronised
+    array, one entry per item, in status_order(prepared), left 0 or the batch.status_key of the item's
+    first failing stream (batch.status_codes gives the codes). Nothing is copied or synchronised
     here: the caller copies the packed bytes in before and reads status after, once per batch.
     """
     data, starts, ends, tables, expansions = batching.packed_views(layout, prepared.launches, buffer)

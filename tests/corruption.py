@@ -422,6 +422,15 @@ def status_cases() -> dict:
         "compact two bands, bytes after the last row": (compact_stream([VALID_ROW] * 34, tail=b"\0"), 34, size),
         "compact raw of two bands": (bytes([fmt.KIND_RAW]) + bytes(i & 255 for i in range(34 * WIDTH)), 34, ok),
         "compact raw of two bands, a sample short": (bytes([fmt.KIND_RAW]) + bytes(34 * WIDTH - 1), 34, size),
+        # several failing streams or bands: the first in stream order, then band order, decides (a GPU runs
+        # them in any order; the band after a failing one may fail too, as here)
+        "compact first band corrupt, second band's row past the end": (
+            compact_stream([VALID_ROW, RUN_PAST_THE_ROW_END] + [VALID_ROW] * 32,
+                           lengths=[1, len(RUN_PAST_THE_ROW_END)] + [1] * 31 + [300]), 34, corrupt),
+        "compact channel 0 header bad, channel 1 kind bad": (
+            (compact_stream(valid4, run_index=32), bytes([5]) + compact_stream(valid4)[1:]), 4, header),
+        "compact channel 0 kind bad, channel 1 header bad": (
+            (bytes([5]) + compact_stream(valid4)[1:], compact_stream(valid4, run_index=32)), 4, kind),
         "fast valid": (fast_stream(VALID_FAST_ROWS), 3, ok),
         "fast every code": (fast_stream([fast_row([rice_group(SMALL, 6), packed_group(NOISY, 8)]),
                                          fast_row([packed_group([0] * 64, 0), rice_group([1, 0, 2, 1] * 4, 0)])]), 2, ok),
@@ -486,6 +495,12 @@ def status_cases() -> dict:
         "fast row 0 unary short, data past the end": (
             fast_stream([UNARY_SHORT], cut_bits=len(UNARY_SHORT) - 9), 1, size),
         "fast last row corrupt, bytes after it": (fast_stream([ZERO_ROW, VALUE_TOO_LARGE], tail=b"\0"), 2, corrupt),
+        "fast channel 0 kind bad, channel 1 corrupt": (
+            (bytes([255]) + fast_stream(VALID_FAST_ROWS)[1:], fast_stream([ZERO_ROW, VALUE_TOO_LARGE, ZERO_ROW])),
+            3, kind),
+        "fast channel 0 corrupt, channel 1 kind bad": (
+            (fast_stream([ZERO_ROW, VALUE_TOO_LARGE, ZERO_ROW]), bytes([255]) + fast_stream(VALID_FAST_ROWS)[1:]),
+            3, corrupt),
     }
     # fast: 3 rows of 80 samples, 16-bit: 480 bytes, a row and then matches of it
     lz16_row = bytes(range(0, 160))

@@ -58,6 +58,7 @@ def main():
     results["corrupt item"] = outcomes
     results["staged in strips and bands"] = staging_cases()
     results["status cases"] = status_codes()
+    results["status cases, tasks reversed"] = reversed_task_status_codes()
     results["fast at 128 threads"] = fast_at_full_block()
     results["out and device items"] = out_and_device_item_cases(images, datas)
     print(json.dumps(results))
@@ -94,10 +95,15 @@ def out_and_device_item_cases(images, datas):
     return outcomes
 
 
-def batch_status(items) -> int:
-    """The status decode_batch reports for a one-item batch: 0, or the code its L3Error names."""
+def batch_status(items, *, reverse_tasks: bool = False) -> int:
+    """The status decode_batch reports for a one-item batch: 0, or the code its L3Error names.
+    reverse_tasks: each launch's blocks in reverse order (the simulator runs them in grid order)."""
+    prepared = gpu.prepare(items)
+    if reverse_tasks:
+        for launch in prepared.launches:
+            launch.tasks = launch.tasks[::-1].copy()
     try:
-        gpu.decode_batch(items, backend="numba")
+        gpu.decode_prepared(prepared, backend="numba")
     except l3codec.L3Error as error:
         codes = [code for code, message in STATUS_MESSAGES.items() if message in str(error)]
         assert len(codes) == 1 and "item 0" in str(error), str(error)
@@ -108,6 +114,12 @@ def batch_status(items) -> int:
 def status_codes():
     """{case name: status} for corruption.status_cases, each through decode_batch on its own."""
     return {name: batch_status([data]) for name, (data, _) in status_cases().items()}
+
+
+def reversed_task_status_codes():
+    """The same for the cases of several blocks (a tile's bands), their blocks in reverse order."""
+    return {name: batch_status([data], reverse_tasks=True) for name, (data, _) in status_cases().items()
+            if sum(len(launch.tasks) for launch in gpu.prepare([data]).launches) > 1}
 
 
 def fast_at_full_block():

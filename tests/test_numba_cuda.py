@@ -93,6 +93,14 @@ def test_simulated_hand_made_faults_give_the_cpu_decoders_status(simulated):
     assert simulated["status cases"] == expected
 
 
+def test_simulated_status_is_the_first_failing_bands_whatever_the_block_order(simulated):
+    """The cases of a tile of two bands, each band a block, run last band first: the item's status is
+    still the CPU decoder's (its first failing band's), though a later band may fail too."""
+    reversed_codes = simulated["status cases, tasks reversed"]
+    assert len(reversed_codes) >= 8 and "compact first band corrupt, second band's row past the end" in reversed_codes
+    assert reversed_codes == {name: code for name, (_, code) in status_cases().items() if name in reversed_codes}
+
+
 def test_simulated_fast_kernel_at_its_real_block_size(simulated):
     assert simulated["fast at 128 threads"] is True
 
