@@ -78,11 +78,11 @@ def compact_schedule(info: fmt.Info) -> tuple:
     """
     useful = issued = steps = 0
     for ty in range(info.tiles_y):
-        tile_h = min(info.tile_height, info.height - ty * info.tile_height)
+        tile_h = int(info.tile_rows(ty))
         for band_y in range(0, tile_h, fmt.COMPACT_BAND_ROWS):
             h = min(fmt.COMPACT_BAND_ROWS, tile_h - band_y)
             for tx in range(info.tiles_x):
-                w = min(info.tile_width, info.width - tx * info.tile_width)
+                w = int(info.tile_columns(tx))
                 useful += h * w * info.channels
                 issued += WARP * (h + w - 1) * info.channels
                 steps += (h + w - 1) * info.channels
@@ -108,9 +108,9 @@ def fast_schedule(info: fmt.Info, threads: int) -> tuple:
         steps += block_steps
 
     for ty in range(info.tiles_y):
-        h = min(info.tile_height, info.height - ty * info.tile_height)
+        h = int(info.tile_rows(ty))
         for tx in range(info.tiles_x):
-            w = min(info.tile_width, info.width - tx * info.tile_width)
+            w = int(info.tile_columns(tx))
             groups = math.ceil(w / fast.GROUP_SIZE)
             sizes = [min(fast.GROUP_SIZE, w - g * fast.GROUP_SIZE) for g in range(groups)]
             pair_lanes = sum(math.ceil(n / 2) for n in sizes)

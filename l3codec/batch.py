@@ -410,8 +410,7 @@ def _lz_expansions(plans, data, stream_base, stream_starts, stream_ends) -> Expa
         if not lz.any():
             continue
         tiles = used[lz] // info.channels
-        heights = np.minimum(info.tile_height, info.height - tiles // info.tiles_x * info.tile_height)
-        widths = np.minimum(info.tile_width, info.width - tiles % info.tiles_x * info.tile_width)
+        heights, widths = info.tile_rows(tiles // info.tiles_x), info.tile_columns(tiles % info.tiles_x)
         record = np.zeros(int(lz.sum()), EXPANSION_DTYPE)
         record["source"], record["source_end"] = plane[lz], ends[lz]
         record["prefix_start"], record["prefix_bytes"] = starts[lz], plane[lz] - starts[lz]
@@ -564,7 +563,7 @@ def _tasks(plan: ItemPlan, local: int, mode: int) -> np.ndarray:
     tile_y, tile_x = plan.tiles[:, 0], plan.tiles[:, 1]
     bands = np.ones(len(tile_y), np.int64)
     if mode == fmt.MODE_COMPACT:
-        rows = np.minimum(info.tile_height, info.height - tile_y * info.tile_height)
+        rows = info.tile_rows(tile_y)
         bands = -(-rows // fmt.COMPACT_BAND_ROWS)
     tasks = np.zeros(int(bands.sum()), TASK_DTYPE)
     tasks["item"] = local

@@ -158,6 +158,14 @@ class Info:
             return (self.height, self.width)
         return (self.height, self.width, self.channels)
 
+    def tile_rows(self, tile_y):
+        """Rows of the tiles in tile row tile_y (an int or an array): tile_height, the last row of tiles fewer."""
+        return np.minimum(self.tile_height, self.height - tile_y * self.tile_height)
+
+    def tile_columns(self, tile_x):
+        """Columns of the tiles in tile column tile_x (an int or an array): tile_width, the last fewer."""
+        return np.minimum(self.tile_width, self.width - tile_x * self.tile_width)
+
 
 @dataclass(frozen=True)
 class Parsed:

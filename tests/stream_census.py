@@ -31,7 +31,7 @@ def stream_census(data) -> dict:
             census["index_" + KIND_NAMES[kind]] += 1
         if kind == fmt.KIND_CODED and info.mode == "compact":
             tile = stream // info.channels
-            h = min(info.tile_height, info.height - tile // info.tiles_x * info.tile_height)
+            h = int(info.tile_rows(tile // info.tiles_x))
             status, _, _, length_bits, table_pos, _ = compact.compact_stream_layout(buf, int(start), int(end), h)
             assert status == fmt.STATUS_OK, status
             lengths = [compact.compact_row_length(buf, table_pos, length_bits, r) for r in range(h)]
@@ -57,8 +57,7 @@ def fast_census(data) -> dict:
         size_of_header = fast.header_bits(info.bits, extended)
         code_bits = fast.code_bits(info.bits, extended)
         tile = stream // info.channels
-        h = min(info.tile_height, info.height - tile // info.tiles_x * info.tile_height)
-        w = min(info.tile_width, info.width - tile % info.tiles_x * info.tile_width)
+        h, w = int(info.tile_rows(tile // info.tiles_x)), int(info.tile_columns(tile % info.tiles_x))
         pos = (int(start) + 1) * 8
         for _ in range(h):
             if not fast.read_bits(buf, pos, 1):

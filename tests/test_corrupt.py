@@ -151,7 +151,7 @@ def _stream_padding_bit(data):
     for stream, (start, end) in enumerate(zip(parsed.stream_starts, parsed.stream_ends)):
         if data[start] != fmt.KIND_CODED:
             continue
-        rows = min(info.tile_height, info.height - stream // info.channels // info.tiles_x * info.tile_height)
+        rows = int(info.tile_rows(stream // info.channels // info.tiles_x))
         length_bits = data[start + 7]
         table = bits[(start + 8) * 8:(start + 8) * 8 + rows * length_bits].reshape(rows, length_bits)
         used = 8 * (8 + (rows * length_bits + 7) // 8) + int((table << np.arange(length_bits)).sum())
