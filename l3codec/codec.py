@@ -107,14 +107,14 @@ def encode(
     return data
 
 
-# A colour image takes its mode's default transform (rg-mean) unless another one's MED residuals (on every
-# TRANSFORM_SAMPLE_STEP-th row and the row above it, each plane in its best Rice code) come to
-# TRANSFORM_MARGIN fewer bits:
-# against rg-mean, compact files of a rendered colour wheel 0.76x and a logo 0.88x with none (the wheel was
-# 1.16x its PNG file), screens of code and a photograph 0.975-0.99x with subtract-green. The estimate is
-# within 2% of the real ratio on photographs, whose best transform it would sometimes miss by 0.5-1%, so
-# they keep rg-mean; below TRANSFORM_MIN_SAMPLES sampled samples a plane it is noise (an 8 x 8 gradient
-# took none, 5% larger). About 5 ms on 2048 x 1024 RGB (a compact encode: 80-110 ms on 2 threads).
+# A colour image takes its mode's default transform (rg-mean) unless another one costs TRANSFORM_MARGIN
+# fewer bits in an estimate: the mode's predictor on every TRANSFORM_SAMPLE_STEP-th row (with the row above),
+# each plane's residuals in the one Rice parameter that suits them best. Against rg-mean: a rendered colour
+# wheel 0.76x (compact) and 0.73x (fast) with none (it was 1.16x and 1.32x its PNG file), a logo 0.88x and
+# 0.79x; screens of code 0.98-0.99x, and a photograph 0.93x in fast, with subtract-green. On photographs the
+# estimate is within 2% of the real ratio and would sometimes miss the best by 0.5-1%: they keep rg-mean.
+# Below TRANSFORM_MIN_SAMPLES sampled samples a plane it is noise (an 8 x 8 gradient took none, 5% larger).
+# About 5 ms on 2048 x 1024 RGB, 3% of a photograph's one-thread compact encode.
 TRANSFORM_SAMPLE_STEP = 8
 TRANSFORM_MARGIN = 0.02
 TRANSFORM_MIN_SAMPLES = 4096
@@ -129,7 +129,7 @@ def _chosen_transform(image, bits: int, mode_id: int) -> int:
     rows = np.arange(1, height, TRANSFORM_SAMPLE_STEP)
     if rows.size * (width - 1) < TRANSFORM_MIN_SAMPLES:
         return default
-    cost = _rice_bits(cpu.transform_residual_counts(fmt.readonly(image), rows, bits), bits)
+    cost = _rice_bits(cpu.transform_residual_counts(fmt.readonly(image), rows, bits, mode_id), bits)
     best = int(np.argmin(cost))
     return best if cost[best] < (1 - TRANSFORM_MARGIN) * cost[default] else default
 

@@ -121,6 +121,7 @@ _dev = compile_device_functions(_MODULES, _compile, replacements=_REPLACED)
 _encoders = compile_device_functions(_MODULES, _compile_once_per_type, replacements=_REPLACED)
 forward_colour = _dev.forward_colour
 med = _dev.med
+fast_predict = _dev.predict
 inverse_colour = _dev.inverse_colour
 decode_uncoded = _dev.decode_uncoded
 decode_pixel_lz = _dev.decode_pixel_lz
@@ -202,17 +203,18 @@ def image_to_planes(image, planes, transform, bits):
     _in_parallel(_image_to_planes, image.shape[0], image, planes, transform, bits)
 
 
-def transform_residual_counts(image, rows, bits) -> np.ndarray:
-    """counts[transform, plane, v]: how often MED residual v (mod 2**bits; compact.med from W, N, NW) occurs
-    in planes 0-2 of a 3- or 4-channel HWC image under each colour transform, over the image rows `rows`
-    (each at least 1: it needs the row above), columns 1 on. For the encoder's choice of transform."""
+def transform_residual_counts(image, rows, bits, mode) -> np.ndarray:
+    """counts[transform, plane, v]: how often residual v (mod 2**bits) occurs in planes 0-2 of a 3- or
+    4-channel HWC image under each colour transform, over the image rows `rows` (each at least 1: it needs
+    the row above), predicted as the mode predicts a tile's row (compact: med of W, N, NW, columns 1 on;
+    fast: fast.predict's phases, the image one tile wide). For the encoder's choice of transform."""
     counts = np.zeros((len(fmt.TRANSFORM_NAMES), 3, 1 << bits), np.int64)
-    _transform_residual_counts(image, np.asarray(rows, np.int64), bits, counts)
+    _transform_residual_counts(image, np.asarray(rows, np.int64), bits, mode == fmt.MODE_FAST, counts)
     return counts
 
 
 @_cached
-def _transform_residual_counts(image, rows, bits, counts):
+def _transform_residual_counts(image, rows, bits, fast_prediction, counts):
     width = image.shape[1]
     mask = (np.int64(1) << bits) - 1
     pair = np.empty((2, 3, width), np.int64)  # the row above and the row, as planes
@@ -226,6 +228,10 @@ def _transform_residual_counts(image, rows, bits, counts):
                         red, green, blue = forward_colour(transform, red, green, blue, bits)
                     pair[r, 0, x], pair[r, 1, x], pair[r, 2, x] = red, green, blue
             for c in range(3):
+                if fast_prediction:
+                    for x in range(width):
+                        counts[transform, c, (pair[1, c, x] - fast_predict(pair[:, c], 1, x, width, bits)) & mask] += 1
+                    continue
                 above, here = pair[0, c], pair[1, c]
                 for x in range(1, width):
                     counts[transform, c, (here[x] - med(here[x - 1], above[x], above[x - 1])) & mask] += 1
