@@ -174,7 +174,8 @@ L3_DEVICE void decode_compact_tile(const unsigned char* __restrict__ data, long 
     const L3Task task = tasks[blockIdx.x];
     const L3Item& item = items[task.item];
     const int channels = (int)item.channels;
-    // a launch that does not fit the item (a sample size the kernel lacks, too few warps) reports instead
+    // a launch that does not fit the item (a sample size the kernel lacks, too few warps) reports instead,
+    // at rank 0: before any stream's status
     if (item.bits != BITS || blockDim.x != 32 || (int)blockDim.y < channels || blockDim.z != 1) {
         if (threadIdx.x == 0 && threadIdx.y == 0) report_status(status, task.item, STATUS_BAD_HEADER, 0);
         return;

@@ -434,7 +434,8 @@ L3_DEVICE void decode_fast_tile(const unsigned char* __restrict__ data, long lon
     const L3Task task = tasks[blockIdx.x];
     const L3Item& item = items[task.item];
     const int tid = threadIdx.x;
-    // a launch that does not fit the item (a sample size the kernel lacks, a wrong block) reports instead
+    // a launch that does not fit the item (a sample size the kernel lacks, a wrong block) reports instead,
+    // at rank 0: before any stream's status
     if (item.bits != BITS || blockDim.x != FAST_THREADS || blockDim.y != 1 || blockDim.z != 1) {
         if (tid == 0) report_status(status, task.item, STATUS_BAD_HEADER, 0);
         return;

@@ -67,6 +67,8 @@ predict_between = _dev.predict_between
 unzigzag = _dev.unzigzag
 
 WARP = 32
+COMPACT_BAND_ROWS = fmt.COMPACT_BAND_ROWS  # a band a block, its rows a warp's lanes
+assert COMPACT_BAND_ROWS == WARP
 # Threads of a fast block (one per column pair of a 256-wide tile, as in fast.cu). The
 # simulator runs every thread as a Python thread: one warp keeps its runs short.
 FAST_THREADS = 32 if config.ENABLE_CUDASIM else cuda_c.FAST_THREADS
@@ -136,16 +138,22 @@ def report(status, item, code, rank):
 
 
 @cuda.jit(device=True, inline="always")
+def item_stream(items, tasks, task, item, channel):
+    """Index of the task's tile-channel among its item's streams (in the file's stream order)."""
+    tile = tasks[task, T_TILE_Y] * items[item, I_TILES_X] + tasks[task, T_TILE_X]
+    return tile * items[item, I_CHANNELS] + channel
+
+
+@cuda.jit(device=True, inline="always")
 def stream_id(items, tasks, task, item, channel):
     """Index of the task's tile-channel in the batch's stream arrays."""
-    tile = tasks[task, T_TILE_Y] * items[item, I_TILES_X] + tasks[task, T_TILE_X]
-    return items[item, I_STREAM_BASE] + tile * items[item, I_CHANNELS] + channel
+    return items[item, I_STREAM_BASE] + item_stream(items, tasks, task, item, channel)
 
 
 @cuda.jit(device=True, inline="always")
 def stream_rank(items, tasks, task, item, channel):
     """The status rank of the task's tile-channel stream (batch.status_key; a compact band adds its index)."""
-    return (stream_id(items, tasks, task, item, channel) - items[item, I_STREAM_BASE]) << STATUS_BAND_BITS
+    return item_stream(items, tasks, task, item, channel) << STATUS_BAND_BITS
 
 
 @cuda.jit(device=True, inline="always")
@@ -391,7 +399,7 @@ def decode_compact(data, stream_starts, stream_ends, items, tasks, out, status):
             if row_codes[channel, row] != STATUS_OK:
                 code = row_codes[channel, row]
                 break
-        report(status, item, code, stream_rank(items, tasks, task, item, channel) + band_y // WARP)
+        report(status, item, code, stream_rank(items, tasks, task, item, channel) + band_y // COMPACT_BAND_ROWS)
 
 
 @cuda.jit(device=True, inline="always")

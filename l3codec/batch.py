@@ -535,7 +535,7 @@ def packed_views(layout: PackedLayout, launches, buffer, /, int64_type=np.int64)
     """(data, stream_starts, stream_ends, [(items, tasks) per launch], expansions) as views of a flat
     uint8 packed buffer of any array library with slicing, .view(dtype) and .reshape (numpy, CuPy,
     Numba device arrays; torch with int64_type=torch.int64): int64 tables, items (n, 16), tasks
-    (n, 3), expansions (n, 10). data is the whole buffer when it has a scratch area (the expanded
+    (n, 4), expansions (n, 11). data is the whole buffer when it has a scratch area (the expanded
     streams lie there), else the batch's bytes."""
     def int64(start: int, count: int, columns: int | None = None):
         view = buffer[start:start + 8 * count].view(int64_type)

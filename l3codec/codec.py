@@ -111,10 +111,11 @@ def encode(
 # fewer bits in an estimate: the mode's predictor on every TRANSFORM_SAMPLE_STEP-th row (with the row above),
 # each plane's residuals in the one Rice parameter that suits them best. Against rg-mean: a rendered colour
 # wheel 0.76x (compact) and 0.73x (fast) with none (it was 1.16x and 1.32x its PNG file), a logo 0.88x and
-# 0.79x; screens of code 0.98-0.99x, and a photograph 0.93x in fast, with subtract-green. On photographs the
-# estimate is within 2% of the real ratio and would sometimes miss the best by 0.5-1%: they keep rg-mean.
-# Below TRANSFORM_MIN_SAMPLES sampled samples a plane it is noise (an 8 x 8 gradient took none, 5% larger).
-# About 5 ms on 2048 x 1024 RGB, 3% of a photograph's one-thread compact encode.
+# 0.79x; screens of code 0.98-0.99x, and a photograph 0.93x in fast, with subtract-green. The margin is there
+# because on photographs the estimate is within 2% of the real ratio: a smaller one picked transforms 0.5-1%
+# worse. Below TRANSFORM_MIN_SAMPLES sampled samples a plane (counted as compact's: columns 1 on) it is
+# noise (an 8 x 8 gradient took none, 5% larger). About 5 ms on 2048 x 1024 RGB, 3% of a photograph's
+# one-thread compact encode.
 TRANSFORM_SAMPLE_STEP = 8
 TRANSFORM_MARGIN = 0.02
 TRANSFORM_MIN_SAMPLES = 4096

@@ -28,6 +28,10 @@ def exercise(verb: str, mode: str, bits: int, channels: int) -> None:
     dtype = np.dtype(f"uint{bits}")
     if verb == "encode":
         codec.encode(np.zeros((8, fmt.MIN_TILE_WIDTH, channels), dtype), mode=mode)
+        if channels >= 3:  # the colour transform's sample, which so small an image skips (codec._chosen_transform)
+            from . import cpu
+
+            cpu.transform_residual_counts(fmt.readonly(np.zeros((2, 2, channels), dtype)), [1], bits, fmt.MODES[mode])
         return
     # one tile of constant streams, built without the encoder; decoded from bytes, as a file's would be
     mode_id = fmt.MODES[mode]

@@ -516,6 +516,11 @@ def status_cases() -> dict:
     cases["fast 16-bit pixel LZ, a sample short"] = (
         (pixel_lz_stream(lz_sequence(bytes(range(160)) * 2, 320, 635), lz_sequence(bytes(3))), MEMBER), 3, corrupt, 16)
     cases["fast LZ ending in a match"] = (lz_stream(lz_sequence(bytes(range(80)), 80, 160)), 3, corrupt)
+    # an LZ stream fails in the expansion launch, before the decode launch: the first failing stream decides
+    lz_ending_in_a_match = lz_stream(lz_sequence(bytes(range(80)), 80, 160))
+    bad_kind = bytes([255]) + fast_stream(VALID_FAST_ROWS)[1:]
+    cases["fast channel 0 kind bad, channel 1 LZ corrupt"] = ((bad_kind, lz_ending_in_a_match), 3, kind)
+    cases["fast channel 0 LZ corrupt, channel 1 kind bad"] = ((lz_ending_in_a_match, bad_kind), 3, corrupt)
     cases["fast LZ, an empty last sequence"] = (lz_stream(lz_sequence(bytes(range(80)), 80, 160), lz_sequence(b"")), 3, ok)
     cases["fast 16-bit rice k 14"] = (
         fast_stream([fast_row([rice_group([(1 << 16) - 1] + [1 << 14] * 63, 14, 16), None], 16)]), 1, ok, 16)

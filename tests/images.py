@@ -54,13 +54,13 @@ def make_image(kind: str, height: int, width: int, channels: int, dtype, seed: i
             for x in range(2, width - 6, 7):
                 colour = colours[rng.integers(0, 12)]
                 image[y:y + 9, x:x + 6] = background + (colour - background) * coverage[rng.integers(0, 4)] // 31
-    elif kind == "colour_wheel":  # hue by angle, brightness by radius: each channel ramps its own way
+    elif kind == "colour_wheel":  # hue by angle, brightness by radius: R, G, B each ramp their own way
         yy, xx = np.mgrid[0:height, 0:width]
         yy, xx = yy - (height - 1) / 2, xx - (width - 1) / 2
         angle = np.arctan2(yy, xx)
         radius = np.minimum(np.hypot(yy, xx) / (min(height, width) / 2), 1)
-        image = np.stack([np.round(top * radius * (1 + np.cos(angle - 2 * np.pi * c / 3)) / 2)
-                          for c in range(channels)], -1)
+        colours = [np.round(top * radius * (1 + np.cos(angle - 2 * np.pi * c / 3)) / 2) for c in range(min(channels, 3))]
+        image = np.stack(colours + [np.round(top * radius)] * (channels - 3), -1)  # alpha: the radius
     elif kind == "smooth_noise":
         yy, xx = np.mgrid[0:height, 0:width]
         base = (np.sin(yy / 5.0) + np.cos(xx / 7.0) + 2) * top / 4.5

@@ -57,8 +57,8 @@ def main():
         outcomes.append([cpu_ok, gpu_ok, same_pixels])
     results["corrupt item"] = outcomes
     results["staged in strips and bands"] = staging_cases()
-    results["status cases"] = status_codes()
-    results["status cases, tasks reversed"] = reversed_task_status_codes()
+    results["status cases"] = case_statuses()
+    results["status cases, tasks reversed"] = reversed_task_case_statuses()
     results["fast at 128 threads"] = fast_at_full_block()
     results["out and device items"] = out_and_device_item_cases(images, datas)
     print(json.dumps(results))
@@ -111,12 +111,12 @@ def batch_status(items, *, reverse_tasks: bool = False) -> int:
     return 0
 
 
-def status_codes():
+def case_statuses():
     """{case name: status} for corruption.status_cases, each through decode_batch on its own."""
     return {name: batch_status([data]) for name, (data, _) in status_cases().items()}
 
 
-def reversed_task_status_codes():
+def reversed_task_case_statuses():
     """The same for the cases of several blocks (a tile's bands), their blocks in reverse order."""
     return {name: batch_status([data], reverse_tasks=True) for name, (data, _) in status_cases().items()
             if sum(len(launch.tasks) for launch in gpu.prepare([data]).launches) > 1}

@@ -88,7 +88,7 @@ from l3codec import cpu
 
 rng = np.random.default_rng(0)
 label = np.asarray(Image.fromarray(rng.integers(0, 40, (40, 70), dtype=np.uint16)))
-photo = np.asarray(Image.fromarray(rng.integers(0, 256, (40, 70, 3), dtype=np.uint8)))
+photo = np.asarray(Image.fromarray(rng.integers(0, 256, (64, 600, 3), dtype=np.uint8)))  # sampled for its transform
 assert not label.flags.writeable and not photo.flags.writeable
 batch = np.zeros((2, 20, 30, 3), np.uint8)
 for image in (label, photo, photo.copy()):
