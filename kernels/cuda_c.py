@@ -9,9 +9,9 @@ Launch ABI (both kernels; each decodes 8- and 16-bit items)::
 with the tables of ``l3codec.batch.prepare`` (L3Item/L3Task mirror ITEM_DTYPE/TASK_DTYPE in
 kernels/l3_batch.cuh), gridDim.x = task_count, blockDim = :func:`block_shape`, dynamic
 shared memory = :func:`shared_memory_bytes`, status zeroed by the host (one int32 per
-item of the launch; it ends as batch.status_key of the item's first failing stream, or 0). ``data`` at an
-8-byte aligned address takes the word load path (any address works, slower); ``out``
-must be 2-byte aligned when the launch holds 16-bit items.
+item of the launch; it ends as batch.status_key of the item's first failing stream, or 0).
+``data`` at an 8-byte aligned address takes the word load path (any address works, slower);
+``out`` must be 2-byte aligned when the launch holds 16-bit items.
 
 This module imports without cupy; cupy is imported inside the functions that need it, and
 :func:`compile_report` needs only ``cuda.bindings`` (NVRTC).

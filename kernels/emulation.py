@@ -439,8 +439,8 @@ def decode_batch_emulated(
 
     Returns (images, status): one array per item as l3codec.decode returns it (HW or HWC),
     and an int32 array with each item's status (0, or the STATUS_* of its first failing stream in
-    stream order, as the CPU decoder names it: batch.status_codes of the kernels' entries). Raises EmulationError when the emulator detects a divergent barrier or
-    shuffle, and AssertionError when a kernel wrote outside the items' output regions. The
+    stream order, as the CPU decoder names it: batch.status_codes of the kernels' entries). Raises
+    EmulationError when the emulator detects a divergent barrier or shuffle, and AssertionError when a kernel wrote outside the items' output regions. The
     input bytes end at an inaccessible page (see GuardedBuffer for `guard`), so a read past
     data_size faults. block overrides cuda_c.block_shape (to test the kernels' launch checks).
     traffic: add the launches' global memory traffic to it (runs the traffic build);
