@@ -105,7 +105,8 @@ X_PREFIX_BYTES, X_TARGET, X_PLANE_BYTES, X_STATUS_INDEX = (
 X_CHANNELS, X_SAMPLE_BYTES, X_MEMBER_STATUS, X_STATUS_RANK = (
     _EXPANSION["channels"], _EXPANSION["sample_bytes"], _EXPANSION["member_status"], _EXPANSION["status_rank"]
 )
-STATUS_CODE_BITS, STATUS_BAND_BITS, STATUS_RANK_LIMIT = batch.STATUS_CODE_BITS, batch.STATUS_BAND_BITS, batch.STATUS_RANK_LIMIT
+STATUS_BAND_BITS = batch.STATUS_BAND_BITS
+status_key = cuda.jit(device=True, inline="always")(batch.status_key)
 KIND_RAW = fmt.KIND_RAW
 
 KIND_CODED = fmt.KIND_CODED
@@ -134,7 +135,7 @@ def report(status, item, code, rank):
     """Report a failing stream of rank `rank`: the item's entry keeps the first failing stream's
     batch.status_key (the largest)."""
     if code != STATUS_OK:
-        cuda.atomic.max(status, item, np.int32(((STATUS_RANK_LIMIT - 1 - rank) << STATUS_CODE_BITS) | code))
+        cuda.atomic.max(status, item, np.int32(status_key(code, rank)))
 
 
 @cuda.jit(device=True, inline="always")

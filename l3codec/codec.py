@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 
 import numpy as np
@@ -140,14 +141,18 @@ def _rice_bits(counts, bits: int) -> np.ndarray:
     compact's code (docs/FORMAT.md §6.3: zigzag, unary quotient up to UNARY_LIMIT or an escape), each plane
     in the one Rice parameter that codes it in the fewest bits. (Order-0 entropy instead saturated on
     16-bit samples, too few of each value, and kept rg-mean where subtract-green made a file 0.76x.)"""
-    from .compact import UNARY_LIMIT
-
-    residual = ((np.arange(1 << bits) + (1 << (bits - 1))) & ((1 << bits) - 1)) - (1 << (bits - 1))
-    mapped = np.where(residual >= 0, 2 * residual, -2 * residual - 1)
-    quotients = mapped[:, None] >> np.arange(bits)  # [value, k]
-    lengths = np.where(quotients < UNARY_LIMIT, quotients + 1 + np.arange(bits), UNARY_LIMIT + bits)
-    per_k = counts.reshape(-1, 1 << bits).astype(np.float64) @ lengths  # [transform * plane, k]
+    per_k = counts.reshape(-1, 1 << bits).astype(np.float64) @ _rice_lengths(bits)  # [transform * plane, k]
     return per_k.min(axis=1).reshape(counts.shape[:2]).sum(axis=1)
+
+
+@functools.lru_cache(maxsize=None)
+def _rice_lengths(bits: int) -> np.ndarray:
+    """lengths[v, k]: the bits of compact's code word for residual v (mod 2**bits) at Rice parameter k."""
+    from .compact import UNARY_LIMIT, zigzag
+
+    mapped = np.array([zigzag(residual, bits) for residual in range(1 << bits)])
+    quotients = mapped[:, None] >> np.arange(bits)
+    return np.where(quotients < UNARY_LIMIT, quotients + 1 + np.arange(bits), UNARY_LIMIT + bits)
 
 
 # fmt.FLAT_TILE_HEIGHT is tried where palette, member and LZ streams (a palette's index LZ stream
