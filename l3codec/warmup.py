@@ -28,7 +28,7 @@ def exercise(verb: str, mode: str, bits: int, channels: int) -> None:
     dtype = np.dtype(f"uint{bits}")
     if verb == "encode":
         codec.encode(np.zeros((8, fmt.MIN_TILE_WIDTH, channels), dtype), mode=mode)
-        if channels >= 3:  # the colour transform's sample, which so small an image skips (codec._chosen_transform)
+        if channels >= 3:  # the transform's sample, which so small an image skips (encoder_policy.chosen_transform)
             from . import cpu
 
             cpu.transform_residual_counts(fmt.readonly(np.zeros((2, 2, channels), dtype)), [1], bits, fmt.MODES[mode])

@@ -60,7 +60,7 @@ def test_transform_choice_round_trips(transform, mode):
 
 @pytest.mark.parametrize("mode", ["compact", "fast"])
 def test_small_images_take_the_modes_default_transform(mode):
-    """An 8 x 8 colour image is too small for the transform choice's sample (codec.TRANSFORM_MIN_SAMPLES):
+    """An 8 x 8 colour image is too small for the transform choice's sample (encoder_policy.TRANSFORM_MIN_SAMPLES):
     the mode's default; one channel: none."""
     data = l3codec.encode(make_image("gradient", 8, 8, 3, np.uint8), mode=mode)
     assert l3codec.info(data).transform == fmt.TRANSFORM_NAMES[fmt.DEFAULT_COLOUR_TRANSFORM[fmt.MODES[mode]]]
