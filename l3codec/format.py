@@ -64,7 +64,7 @@ MAX_TILE_WIDTH = 4096
 FAST_MIN_TILE_HEIGHT = 8
 FAST_MAX_TILE_HEIGHT = 256
 FAST_TILE_HEIGHT_STEP = 8
-FLAT_TILE_HEIGHT = 256  # the encoder's fast tile height for flat graphics and text, where smaller (codec.encode)
+FLAT_TILE_HEIGHT = 256  # the encoder's tile height for flat graphics and text, where smaller (encoder_policy)
 FLAT_COLOUR_TILE_WIDTH = 256  # ... and its tile width for colour (2+ channels) there; one channel keeps the default
 
 

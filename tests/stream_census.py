@@ -82,3 +82,25 @@ def fast_census(data) -> dict:
                 census["group_bits"] = max(census["group_bits"], bits)
                 pos += bits
     return census
+
+
+PLANE_KINDS = (fmt.KIND_CONSTANT, fmt.KIND_CODED, fmt.KIND_RAW, fmt.KIND_CODED_EXTENDED, fmt.KIND_LZ,
+               fmt.KIND_LZ_CODED)  # kinds that hold one plane of a tile alone
+
+
+def assert_within_encoder_bound(data) -> None:
+    """docs/FORMAT.md §5's encoder bound, stream by stream: no one-plane stream larger than its raw form
+    (1 + bps*h*w bytes), and no tile's streams together larger than its channels' raw forms."""
+    parsed = fmt.parse(data)
+    info = parsed.info
+    buf = np.frombuffer(data, np.uint8)
+    sizes = parsed.stream_ends - parsed.stream_starts
+    for tile in range(info.tiles_x * info.tiles_y):
+        tile_y, tile_x = divmod(tile, info.tiles_x)
+        raw = 1 + info.bits // 8 * int(info.tile_rows(tile_y)) * int(info.tile_columns(tile_x))
+        streams_of_tile = range(tile * info.channels, (tile + 1) * info.channels)
+        for stream in streams_of_tile:
+            kind = int(buf[parsed.stream_starts[stream]])
+            if kind in PLANE_KINDS:
+                assert sizes[stream] <= raw, (tile, stream, kind, int(sizes[stream]), raw)
+        assert sizes[streams_of_tile.start:streams_of_tile.stop].sum() <= info.channels * raw, tile

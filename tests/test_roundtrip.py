@@ -7,20 +7,24 @@ from hypothesis import strategies as st
 
 import l3codec
 from images import KINDS, make_image
+from stream_census import assert_within_encoder_bound
 from l3codec import cpu, fast
 from l3codec import format as fmt
 
 
 @st.composite
 def cases(draw):
+    """Every tile geometry the format allows (None: the encoder's own choice, taller or narrower tiles
+    for flat content included), with images of one partial tile row and of several full ones."""
     mode = draw(st.sampled_from(["compact", "fast"]))
-    height = draw(st.integers(1, 80))
+    tile_height = draw(st.none() | st.sampled_from(fmt.MODE_SPECS[fmt.MODES[mode]].tile_heights))
+    tall = tile_height or fmt.FLAT_TILE_HEIGHT
+    height = draw(st.integers(1, 80) | st.integers(tall - 8, tall + 40))  # a tall tile's bands, a partial last band
     width = draw(st.integers(1, 90))
     channels = draw(st.integers(1, 4))
     dtype = draw(st.sampled_from([np.uint8, np.uint16]))
     kind = draw(st.sampled_from(KINDS))
-    tile_width = draw(st.sampled_from([16, 32, 48, 512]))
-    tile_height = 32 if mode == "compact" else draw(st.sampled_from([8, 16, 64]))
+    tile_width = draw(st.sampled_from([None, 16, 32, 48, 512]))
     seed = draw(st.integers(0, 2**16))
     return mode, make_image(kind, height, width, channels, dtype, seed), tile_width, tile_height
 
@@ -34,6 +38,7 @@ def test_round_trip(case):
     np.testing.assert_array_equal(decoded, image)
     info = l3codec.info(data)
     assert (info.mode, info.shape, info.dtype) == (mode, image.shape, image.dtype)
+    assert_within_encoder_bound(data)
 
 
 @given(cases(), st.data())
@@ -363,6 +368,7 @@ def test_incompressible_tiles_fall_back_to_raw_within_bound():
         info = l3codec.info(data)
         streams = info.tiles_x * info.tiles_y * info.channels
         assert len(data) <= image.nbytes + 44 + 5 * streams
+        assert_within_encoder_bound(data)
         np.testing.assert_array_equal(l3codec.decode(data), image)
 
 
