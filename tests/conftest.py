@@ -22,7 +22,22 @@ def gpu_present() -> bool:
         return False
 
 
+# The quick tier (`pytest --quick`) leaves out tests carrying one of these markers; CI runs everything.
+HEAVY_MARKERS = ("processes", "emulator", "compile")
+QUICK_TEST_LIMIT_S = 2.0  # a quick-tier test slower than this is named at the end, to be marked
+
+
+def pytest_addoption(parser):
+    parser.addoption("--quick", action="store_true",
+                     help=f"leave out the tests marked {', '.join(HEAVY_MARKERS)} (the full suite is CI's)")
+
+
 def pytest_collection_modifyitems(config, items):
+    if config.getoption("--quick"):
+        heavy = [item for item in items if any(marker in item.keywords for marker in HEAVY_MARKERS)]
+        if heavy:
+            config.hook.pytest_deselected(items=heavy)
+            items[:] = [item for item in items if not any(marker in item.keywords for marker in HEAVY_MARKERS)]
     skip_slow = pytest.mark.skip(reason="slow sweep: set L3_RUN_SLOW=1")
     skip_cuda = pytest.mark.skip(reason="needs a CUDA GPU")
     has_gpu = None
@@ -33,3 +48,18 @@ def pytest_collection_modifyitems(config, items):
             has_gpu = gpu_present() if has_gpu is None else has_gpu
             if not has_gpu:
                 item.add_marker(skip_cuda)
+
+
+_slow_quick_tests = []
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "call" and report.duration > QUICK_TEST_LIMIT_S:
+        _slow_quick_tests.append((report.duration, report.nodeid))
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if config.getoption("--quick") and _slow_quick_tests:
+        terminalreporter.section(f"quick tier: tests over {QUICK_TEST_LIMIT_S:.0f} s (mark them {'/'.join(HEAVY_MARKERS)})")
+        for duration, nodeid in sorted(_slow_quick_tests, reverse=True):
+            terminalreporter.write_line(f"{duration:6.1f} s  {nodeid}")
