@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pytest
 
-from l3codec.cache import SampleCache, cache_report
+from l3codec.cache import ENTRY_HEADER, SampleCache, cache_report
 from l3codec.cli import main as l3
 from l3codec.converters import convert
 from l3codec.dataset import open_dataset
@@ -33,7 +33,7 @@ def dataset(tmp_path_factory):
 
 
 def member_bytes(reader) -> np.ndarray:
-    return reader.index["image_size"].astype(np.int64) + 32  # each entry's header
+    return reader.index["image_size"].astype(np.int64) + ENTRY_HEADER.size + len("trainimage")  # each header
 
 
 def epoch_order(epoch: int) -> np.ndarray:
@@ -80,7 +80,7 @@ INSERTER = textwrap.dedent("""
     reader = open_dataset(root, "train", cache=SampleCache(directory, int(capacity)))
     if marker != "-":  # stop inside an insert: its bytes written, the lock held, not yet linked
         real_link = os.link
-        def link_then_wait(source, target):
+        def link_then_wait(*args, **kwargs):
             open(marker, "w").close()
             time.sleep(600)
         os.link = link_then_wait
