@@ -76,6 +76,7 @@ COUNTERS = ("hits", "misses", "inserts", "refused", "corrupt", "evicted", "unver
 FLUSH_EVERY = 256  # lookups between writes of a process's counters
 LOCK_TIMEOUT_S = 30.0  # a lock not taken by then: the insert is skipped (the holder is stopped, not dead)
 CLEAN_UP_WAIT_S = 1.0  # the clean-up when a process opens the cache waits no longer
+FULL_RECHECK_S = 1.0  # MinIO usage only grows until a clear: a member that did not fit is refused unread this long
 SOURCE_READS = 3  # reads of a member whose bytes fail their check before it is returned uncached
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -258,6 +259,7 @@ class SampleCache:
         self._known = set()  # dataset ids whose about.json was written
         self._lru_queue = []  # newest first, popped from the end: (mtime_ns, name, split, dataset), from the last scan
         self._warned_busy = False
+        self._free_seen = (0.0, 0)  # MinIO: (until when, bytes free) when an insert last found no room
 
     def __getstate__(self):
         return {"directory": self.directory, "capacity": self.capacity, "policy": self.policy, "group": self.group}
@@ -437,6 +439,8 @@ class SampleCache:
         """Insert a member read from the source once its size and CRCs pass (member_problem);
         otherwise read it again (read_again(), up to SOURCE_READS reads in all). Returns the last
         bytes read: the checked ones, or failing ones, uncached, for the decoder to report."""
+        if not self._has_room(dataset, split, field, size):  # full or unwritable: nothing to check or write
+            return data
         for attempt in range(SOURCE_READS):
             if attempt:
                 data = read_again()
@@ -446,6 +450,27 @@ class SampleCache:
             self._own_process()
             self._count(dataset, "unverified")
         return data
+
+    def _has_room(self, dataset: str, split: str, field: str, size: int) -> bool:
+        """False (counted as refused) when a MinIO cache is full: its usage says so without the lock."""
+        self._own_process()
+        if self._writable is False:
+            return False
+        if self.policy != "minio":
+            return True
+        need = ENTRY_HEADER.size + len(split.encode()) + len(field.encode()) + size
+        until, free = self._free_seen
+        if need <= free or time.monotonic() >= until:  # otherwise: it did not fit a moment ago, nor now
+            try:
+                self._root()
+                free = self.capacity - self._usage()
+            except (OSError, L3Error):
+                return True  # put says why, once
+            if need <= free:
+                return True
+            self._free_seen = (time.monotonic() + FULL_RECHECK_S, free)
+        self._count(dataset, "refused")
+        return False
 
     def put(self, dataset: str, split: str, index: int, field: str, data, *, root: str = "") -> bool:
         """Insert one member's bytes; False when the policy or the filesystem refuses it."""
