@@ -165,10 +165,11 @@ class _Layout:
                 raise L3Error(f"{where} can be written by anyone (mode {stat.S_IMODE(info.st_mode):o}): refused")
 
     def made(self, fd: int, directory: bool) -> None:
-        """Give a file or directory this process created the cache's mode (the umask may narrow it)."""
+        """Give a file or directory this process created the cache's group and mode (the umask may
+        have narrowed it below what the owner needs, or below the group's)."""
         if self.gid is not None:
             os.fchown(fd, -1, self.gid)
-            os.fchmod(fd, self.dir_mode if directory else self.file_mode)
+        os.fchmod(fd, self.dir_mode if directory else self.file_mode)
 
     def mkdir_open(self, parent_fd: int, name: str, where: str, *, create: bool = True) -> int:
         """A subdirectory's descriptor, made with the cache's mode when missing; never through a link."""
