@@ -292,6 +292,12 @@ class SampleCache:
     def _dir(self, dataset: str, split: str | None = None) -> int:
         key = (dataset,) if split is None else (dataset, split)
         fd = self._dirs.get(key)
+        if fd is not None and os.fstat(fd).st_nlink == 0:  # removed (a clear elsewhere): open anew
+            for stale in self._dirs.values():
+                os.close(stale)
+            self._dirs.clear()
+            self._known.clear()
+            fd = None
         if fd is None:
             if split is None:
                 _check_name(dataset, "dataset id")
@@ -374,7 +380,10 @@ class SampleCache:
                 _unlink_at(root, name)
             recount = _read_optional(root, "usage", self._layout, self.directory) is None
             for dataset in self._datasets():
-                folder = self._dir(dataset)
+                try:
+                    folder = self._dir(dataset)
+                except L3Error:  # not trusted: left alone, as lookups leave it
+                    continue
                 for name in _listdir(folder):
                     if _stale_temp(name):
                         recount |= _unlink_at(folder, name)

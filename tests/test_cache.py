@@ -241,3 +241,16 @@ def test_the_loader_workers_share_the_cache_and_l3_cache_shows_and_clears_it(dat
     assert l3(["cache", str(tmp_path / "c"), "--clear"]) == 0
     assert "0.0 MB in 0 dataset(s)" in capsys.readouterr().out
     assert cache_report(tmp_path / "c")["bytes"] == 0
+
+
+def test_a_clear_by_another_process_is_seen_by_a_cache_already_open(dataset, tmp_path):
+    """The cache holds its folders open: after a clear elsewhere it must insert into the new
+    folders, not into the removed ones (lost entries, and a usage counting them)."""
+    local = open_dataset(dataset, "train")
+    reader = open_dataset(dataset, "train", cache=SampleCache(tmp_path / "c", "100MB"))
+    reader.read(0, "image")
+    assert l3(["cache", str(tmp_path / "c"), "--clear"]) == 0
+    assert reader.read(1, "image").tobytes() == local.read(1, "image").tobytes()
+    report = cache_report(tmp_path / "c")
+    assert report["datasets"][local.dataset_id]["entries"] == 1
+    assert int((tmp_path / "c" / "usage").read_text()) == report["bytes"]
