@@ -216,8 +216,15 @@ def _open_cache_root(directory: str, layout: _Layout, *, create: bool) -> int:
     try:
         marker = _read_json_at(fd, MARKER, layout, directory)
         if marker is None:
-            if not create or os.listdir(fd):
-                raise L3Error(f"{directory} is not an l3 sample cache (no {MARKER}): refused, nothing written")
+            present = [name for name in os.listdir(fd) if not name.startswith(".tmp-")]
+            if present:  # another process may have just made it: its marker comes first
+                marker = _read_json_at(fd, MARKER, layout, directory)
+            if marker is None and (present or not create):
+                older = "usage" in present or ".lock" in present
+                raise L3Error(f"{directory} is not an l3 sample cache (no {MARKER}): refused, nothing written"
+                              + ("; it looks like an older l3codec's cache: remove it to make a new one" if older
+                                 else ""))
+        if marker is None:
             _write_atomic_at(fd, MARKER, json.dumps(MARKER_FACTS).encode(), layout)
         elif marker.get("l3codec") != MARKER_FACTS["l3codec"] or marker.get("version") != MARKER_FACTS["version"]:
             raise L3Error(f"{directory}: {MARKER} says {marker}, not a version {MARKER_FACTS['version']} sample cache")
@@ -425,10 +432,12 @@ class SampleCache:
                 self._count(dataset, "misses")
                 return None
             fd, raw = None, b""  # a symbolic link where an entry belongs: removed, never followed
+        stored = 0
         if fd is not None:
             try:
                 info = self._layout.check_file(fd, os.path.join(self.directory, dataset, split, name))
-                raw = _read_fd(fd, info.st_size) if info.st_size <= size + ENTRY_HEADER.size + 1024 else b""
+                stored = info.st_size
+                raw = _read_fd(fd, stored) if stored <= size + ENTRY_HEADER.size + 1024 else b""
                 if self.policy == "lru" and raw:
                     os.utime(fd)  # the entry's last use, for eviction
             except (OSError, L3Error):
@@ -439,7 +448,7 @@ class SampleCache:
         if data is None:  # damaged, foreign or not ours: never returned
             self._count(dataset, "corrupt")
             self._count(dataset, "misses")
-            self._remove(folder, name, len(raw))
+            self._remove(folder, name, stored)
             return None
         self._count(dataset, "hits")
         return data
@@ -494,7 +503,7 @@ class SampleCache:
             self._count(dataset, "refused")
             return False
         name = f"{int(index)}.{field}"
-        temp = None
+        temp, inserted, counted = None, False, False
         try:
             if dataset not in self._known:
                 self._about(dataset, root)
@@ -502,7 +511,7 @@ class SampleCache:
             if self.policy == "minio" and self._usage() + need > self.capacity:  # full: nothing written
                 self._count(dataset, "refused")
                 return False
-            temp = _write_temp(folder, header + bytes(data), self._layout)
+            temp = _write_temp(folder, [header, data], self._layout)
             with self._locked():
                 usage = self._usage()
                 if usage + need > self.capacity:
@@ -517,6 +526,7 @@ class SampleCache:
                     inserted = False
                 if inserted:
                     self._set_usage(usage + need)
+                counted = True
         except TimeoutError:
             if not self._warned_busy:
                 warnings.warn(f"l3codec cache {self.directory}: its lock was held for {LOCK_TIMEOUT_S:.0f} s "
@@ -528,7 +538,7 @@ class SampleCache:
             self._cannot_write(error)
             return False
         finally:
-            if temp is not None:
+            if temp is not None and (counted or not inserted):  # else kept: the next opener recounts
                 _unlink_at(self._dirs.get((dataset,), -1), temp)
         self._writable = True
         if inserted:
@@ -782,16 +792,18 @@ def _read_json_at(folder: int, name: str, layout: _Layout, where: str):
     return value if isinstance(value, dict) else {"unreadable": True}
 
 
-def _write_temp(folder: int, data: bytes, layout: _Layout) -> str:
-    """A new temporary file in folder holding data: created O_EXCL | O_NOFOLLOW, named by the pid."""
+def _write_temp(folder: int, data, layout: _Layout) -> str:
+    """A new temporary file in folder holding data (bytes, or a list of buffers written in order):
+    created O_EXCL | O_NOFOLLOW, named by the pid."""
     name = f".tmp-{os.getpid()}-{secrets.token_hex(6)}"
     fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, layout.file_mode,
                  dir_fd=folder)
     try:
         layout.made(fd, directory=False)
-        view, done = memoryview(data), 0
-        while done < len(data):
-            done += os.write(fd, view[done:])
+        for part in [data] if isinstance(data, (bytes, bytearray)) else data:
+            view, done = memoryview(part).cast("B"), 0
+            while done < len(view):
+                done += os.write(fd, view[done:])
     except BaseException:
         os.close(fd)
         _unlink_at(folder, name)

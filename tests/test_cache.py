@@ -13,6 +13,7 @@ import time
 import numpy as np
 import pytest
 
+from l3codec import L3Error
 from l3codec.cache import ENTRY_HEADER, SampleCache, cache_report
 from l3codec.cli import main as l3
 from l3codec.converters import convert
@@ -254,3 +255,18 @@ def test_a_clear_by_another_process_is_seen_by_a_cache_already_open(dataset, tmp
     report = cache_report(tmp_path / "c")
     assert report["datasets"][local.dataset_id]["entries"] == 1
     assert int((tmp_path / "c" / "usage").read_text()) == report["bytes"]
+
+
+def test_a_new_cache_directory_caught_while_another_job_writes_its_marker_is_accepted(tmp_path):
+    """The job that made the directory writes its marker under a temporary name first; one that
+    finds the directory then must not refuse it as 'not a cache' (nor one holding files but no
+    marker: that is refused, naming the marker)."""
+    (tmp_path / "c").mkdir(mode=0o700)
+    (tmp_path / "c" / f".tmp-{os.getpid()}-0123456789ab").write_bytes(b"{")  # the marker, half written
+    SampleCache(tmp_path / "c", "1MB")
+    assert json.loads((tmp_path / "c" / "l3-cache.json").read_text())["version"] == 2
+    (tmp_path / "d").mkdir(mode=0o700)
+    (tmp_path / "d" / "notes.txt").write_text("mine")
+    with pytest.raises(L3Error, match="l3-cache.json"):
+        SampleCache(tmp_path / "d", "1MB")
+    assert os.listdir(tmp_path / "d") == ["notes.txt"]
