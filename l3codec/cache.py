@@ -44,9 +44,10 @@ payload CRCs pass (put_checked reads the source again when they do not). A reade
 linked entries, so it never sees half an insert; an entry whose header, size, dataset, sample,
 split, field or CRC is wrong is removed and read from the source again, never returned. Each
 process, when it first opens the cache, removes what killed jobs left (temporaries; their
-counters folded into counters.json) and recounts the usage if an insert was cut short. A cache
-that cannot be written (full disk, read-only) says so once per process and the reads go to the
-source.
+counters folded into counters.json) and recounts the usage if an insert was cut short. A full
+MinIO cache refuses a miss before checking or writing anything; LRU evicts in the order of its
+last scan, kept between inserts. A cache that cannot be written (full disk, read-only) says so
+once per process and the reads go to the source.
 """
 
 from __future__ import annotations
