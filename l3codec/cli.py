@@ -323,9 +323,13 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("stalls", help="measure where a training step would wait for data (l3 stalls --help)",
                    add_help=False)
     command = sub.add_parser("cache", help="show (or --clear) a sample cache directory (l3codec.cache)",
-                             description="show a sample cache: per dataset, entries, bytes, hits and misses")
+                             description="show a sample cache: per dataset, entries (one per sample and field), "
+                             "bytes, and hits and misses summed over every process and epoch since it was made "
+                             "or cleared; a directory that is not a cache is refused, nothing written")
     command.add_argument("inputs", nargs=1, metavar="DIR")
-    command.add_argument("--clear", action="store_true", help="remove every cached sample")
+    command.add_argument("--clear", action="store_true", help="remove every cached entry")
+    command.add_argument("--group", default=None, metavar="GROUP",
+                         help="the group a shared cache was made for (SampleCache(group=...))")
     command.add_argument("--json", action="store_true", help="print the report as JSON")
     command.set_defaults(run=_cache)
     return parser
@@ -335,8 +339,8 @@ def _cache(args, directory: Path, _target=None) -> None:
     from .cache import cache_report, clear_cache
 
     if args.clear:
-        clear_cache(directory)
-    report = cache_report(directory)
+        clear_cache(directory, group=args.group)
+    report = cache_report(directory, group=args.group)
     if args.json:
         print(json.dumps(report))
         return
@@ -344,9 +348,10 @@ def _cache(args, directory: Path, _target=None) -> None:
     for name, facts in report["datasets"].items():
         lookups = facts["hits"] + facts["misses"]
         rate = f"{facts['hits'] / lookups:.0%}" if lookups else "-"
-        print(f"  {name} {facts['root']}: {facts['entries']} samples, {facts['bytes'] / 1e6:.1f} MB, "
-              f"{facts['hits']} hits / {lookups} lookups ({rate}), {facts['refused']} refused (full), "
-              f"{facts['corrupt']} corrupt entries replaced")
+        print(f"  {name} {facts['root']}: {facts['entries']} entries (one per sample and field), "
+              f"{facts['bytes'] / 1e6:.1f} MB; all epochs so far: {facts['hits']} hits / {lookups} lookups "
+              f"({rate}), {facts['refused']} inserts refused (full), {facts['corrupt']} damaged entries replaced, "
+              f"{facts['unverified']} source reads failing their check (not cached)")
 
 
 def _add_max_pixels(command) -> None:

@@ -11,6 +11,7 @@ decodes pixels, and never imports numba or torch (numpy and the standard library
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json
@@ -486,8 +487,9 @@ class DatasetReader(DatasetLocation):
         if cached is not None:
             return cached
         data = self._read_source(int(row["shard"]), offset, size, i, field)
-        self.cache.put(self.dataset_id, self.split, i, field, data, root=self.root)
-        return data
+        return self.cache.put_checked(self.dataset_id, self.split, i, field, data, size,  # checked, else read again
+                                      functools.partial(self._read_source, int(row["shard"]), offset, size, i, field),
+                                      root=self.root)
 
     def read_many(self, requests, /) -> list:
         """[(sample, field)] -> for each, its bytes (as read()) or the exception reading it raised.
@@ -529,9 +531,14 @@ class DatasetReader(DatasetLocation):
                 except L3Error as error:
                     results[position] = error
                     continue
+                if self.cache is not None:  # checked before it enters, else read again
+                    try:
+                        member = self.cache.put_checked(
+                            self.dataset_id, self.split, sample, field, member, size,
+                            functools.partial(self._read_source, shard, offset, size, sample, field), root=self.root)
+                    except (L3Error, OSError) as error:
+                        member = error
                 results[position] = member
-                if self.cache is not None:
-                    self.cache.put(self.dataset_id, self.split, sample, field, member, root=self.root)
         return results
 
     def _fetch_ranges(self, ranges: list) -> list:

@@ -13,7 +13,8 @@ import time
 import numpy as np
 import pytest
 
-from l3codec.cache import SampleCache, cache_report
+from l3codec import L3Error
+from l3codec.cache import ENTRY_HEADER, SampleCache, cache_report
 from l3codec.cli import main as l3
 from l3codec.converters import convert
 from l3codec.dataset import open_dataset
@@ -33,7 +34,7 @@ def dataset(tmp_path_factory):
 
 
 def member_bytes(reader) -> np.ndarray:
-    return reader.index["image_size"].astype(np.int64) + 32  # each entry's header
+    return reader.index["image_size"].astype(np.int64) + ENTRY_HEADER.size + len("trainimage")  # each header
 
 
 def epoch_order(epoch: int) -> np.ndarray:
@@ -80,7 +81,7 @@ INSERTER = textwrap.dedent("""
     reader = open_dataset(root, "train", cache=SampleCache(directory, int(capacity)))
     if marker != "-":  # stop inside an insert: its bytes written, the lock held, not yet linked
         real_link = os.link
-        def link_then_wait(source, target):
+        def link_then_wait(*args, **kwargs):
             open(marker, "w").close()
             time.sleep(600)
         os.link = link_then_wait
@@ -241,3 +242,31 @@ def test_the_loader_workers_share_the_cache_and_l3_cache_shows_and_clears_it(dat
     assert l3(["cache", str(tmp_path / "c"), "--clear"]) == 0
     assert "0.0 MB in 0 dataset(s)" in capsys.readouterr().out
     assert cache_report(tmp_path / "c")["bytes"] == 0
+
+
+def test_a_clear_by_another_process_is_seen_by_a_cache_already_open(dataset, tmp_path):
+    """The cache holds its folders open: after a clear elsewhere it must insert into the new
+    folders, not into the removed ones (lost entries, and a usage counting them)."""
+    local = open_dataset(dataset, "train")
+    reader = open_dataset(dataset, "train", cache=SampleCache(tmp_path / "c", "100MB"))
+    reader.read(0, "image")
+    assert l3(["cache", str(tmp_path / "c"), "--clear"]) == 0
+    assert reader.read(1, "image").tobytes() == local.read(1, "image").tobytes()
+    report = cache_report(tmp_path / "c")
+    assert report["datasets"][local.dataset_id]["entries"] == 1
+    assert int((tmp_path / "c" / "usage").read_text()) == report["bytes"]
+
+
+def test_a_new_cache_directory_caught_while_another_job_writes_its_marker_is_accepted(tmp_path):
+    """The job that made the directory writes its marker under a temporary name first; one that
+    finds the directory then must not refuse it as 'not a cache' (nor one holding files but no
+    marker: that is refused, naming the marker)."""
+    (tmp_path / "c").mkdir(mode=0o700)
+    (tmp_path / "c" / f".tmp-{os.getpid()}-0123456789ab").write_bytes(b"{")  # the marker, half written
+    SampleCache(tmp_path / "c", "1MB")
+    assert json.loads((tmp_path / "c" / "l3-cache.json").read_text())["version"] == 2
+    (tmp_path / "d").mkdir(mode=0o700)
+    (tmp_path / "d" / "notes.txt").write_text("mine")
+    with pytest.raises(L3Error, match="l3-cache.json"):
+        SampleCache(tmp_path / "d", "1MB")
+    assert os.listdir(tmp_path / "d") == ["notes.txt"]
