@@ -30,7 +30,7 @@ from l3codec.format import MODES, L3Error
 from l3codec.sources import UnreadableSource
 
 from . import executors
-from .layouts import find_layout
+from .layouts import find_layout, read_regular_file
 from .pixels import LOSSY_SUFFIXES, resize, target_size
 
 WORK_DIR = dataset.CONVERSION_WORK_DIR
@@ -132,8 +132,7 @@ class Summary:
 
 def _read_file(path: str, member: str) -> bytes:
     try:
-        with open(path, "rb") as file:
-            return file.read()
+        return read_regular_file(path)
     except OSError as error:
         raise UnreadableSource(f"{member} {path} unreadable: {error.strerror or error}") from error
 
