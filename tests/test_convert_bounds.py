@@ -29,3 +29,48 @@ def test_a_fifo_named_like_an_image_is_reported_and_skipped(tmp_path):
     [failure] = manifest["failures"]
     assert failure["key"] == "cat/1a" and "not a regular file (a FIFO or a device): skipped" in failure["error"]
     assert "not a regular file" in done.stdout
+
+
+EDITABLE_FINDER = '''\
+import importlib.machinery, importlib.util, os, sys
+
+class CheckoutFinder:
+    """l3codec from the checkout, as `pip install -e .` finds it: after sys.path's own entries."""
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name != "l3codec":
+            return None
+        package = os.path.join({checkout!r}, "l3codec")
+        return importlib.util.spec_from_file_location(name, os.path.join(package, "__init__.py"),
+                                                      submodule_search_locations=[package])
+
+sys.meta_path.insert(sys.meta_path.index(importlib.machinery.PathFinder) + 1, CheckoutFinder)
+'''
+
+
+def test_l3convert_runs_from_the_checkouts_parent_directory(tmp_path):
+    """A checkout named l3codec installed editable, l3convert run beside it: the pool's forkserver
+    (python -c, the current directory first on its path) must not take the checkout's root for the
+    l3codec package (a namespace package without the codec: ImportError, BrokenProcessPool)."""
+    import l3codec
+
+    checkout = os.path.dirname(os.path.dirname(os.path.abspath(l3codec.__file__)))
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(EDITABLE_FINDER.format(checkout=checkout))
+    script = tmp_path / "bin" / "l3convert"  # as the console script: python puts its folder on the path
+    script.parent.mkdir()
+    script.write_text("import sys\nfrom l3codec.converters.cli import main\n"
+                      "if __name__ == '__main__':\n    sys.exit(main())\n")
+    parent = tmp_path / "parent"
+    parent.mkdir()
+    os.symlink(checkout, parent / "l3codec")
+    expected = folder_tree(tmp_path / "src", per_class=2)
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    done = subprocess.run([sys.executable, str(script), "folder", str(tmp_path / "src"), str(tmp_path / "dst"),
+                           "--workers", "2", "--shard-size", "1", "--no-progress"],
+                          capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=parent, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "BrokenProcessPool" not in done.stderr
+    manifest = json.loads((tmp_path / "dst" / "manifest.json").read_text())
+    assert manifest["splits"]["train"]["samples"] == len(expected) and not manifest["failures"]
