@@ -74,3 +74,38 @@ def test_l3convert_runs_from_the_checkouts_parent_directory(tmp_path):
     assert "BrokenProcessPool" not in done.stderr
     manifest = json.loads((tmp_path / "dst" / "manifest.json").read_text())
     assert manifest["splits"]["train"]["samples"] == len(expected) and not manifest["failures"]
+
+
+def test_l3convert_skips_a_source_over_the_pixel_budget_unless_raised(tmp_path):
+    from l3codec.converters.cli import main as l3convert
+
+    folder_tree(tmp_path / "src", per_class=2)  # 24 x 40 images
+    save_png(tmp_path / "src" / "cat" / "big.png", np.zeros((30, 40), np.uint8))
+    assert l3convert(["folder", str(tmp_path / "src"), str(tmp_path / "dst"), "--workers", "0",
+                      "--max-pixels", "1199", "--no-progress"]) == 0
+    manifest = json.loads((tmp_path / "dst" / "manifest.json").read_text())
+    assert manifest["splits"]["train"]["samples"] == 4
+    [failure] = manifest["failures"]
+    assert failure["key"] == "cat/big" and "40x30 is more than the 1199 pixels allowed" in failure["error"]
+    assert l3convert(["folder", str(tmp_path / "src"), str(tmp_path / "all"), "--workers", "0",
+                      "--max-pixels", "1200", "--no-progress"]) == 0
+    assert not json.loads((tmp_path / "all" / "manifest.json").read_text())["failures"]
+    bomb = tmp_path / "src" / "dog" / "bomb.png"
+    bomb.write_bytes(_zeros_png(8200, 8200))  # a few kilobytes, 67.2 million pixels: over the default
+    assert l3convert(["folder", str(tmp_path / "src"), str(tmp_path / "default"), "--workers", "0",
+                      "--no-progress"]) == 0
+    failures = json.loads((tmp_path / "default" / "manifest.json").read_text())["failures"]
+    assert [f["key"] for f in failures] == ["dog/bomb"]
+    assert "8200x8200 is more than the 67108864 pixels allowed" in failures[0]["error"]
+
+
+def _zeros_png(height, width) -> bytes:
+    import struct
+    import zlib
+
+    def chunk(kind, body):
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    rows = zlib.compress(b"".join(b"\0" * (width + 1) for _ in range(height)), 9)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0))
+            + chunk(b"IDAT", rows) + chunk(b"IEND", b""))
