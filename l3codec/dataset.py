@@ -16,6 +16,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import tarfile
 import time
 
@@ -242,6 +243,89 @@ def concatenate_rows(records) -> np.ndarray:
     return np.concatenate([array.astype(np.dtype(target)) for array in arrays])
 
 
+# The manifest's schema: key -> (what it must be, a check). Split and shard names become paths
+# under the dataset's root, so they must be plain names (a shard's exactly as ShardWriter writes it).
+_SHARD_NAME = re.compile(r"shard-[0-9]{6}\.tar")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def _plain_name(name: str) -> bool:
+    """A name that stays under the directory it is joined to."""
+    return name not in ("", ".", "..") and not re.search(r"[/\\\0]", name)
+
+
+def _count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _strings(value) -> bool:
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
+
+
+_SHARD_SCHEMA = {
+    "name": ("a file name shard-NNNNNN.tar", lambda v: isinstance(v, str) and _SHARD_NAME.fullmatch(v)),
+    "bytes": ("a count", _count),
+    "sha256": ("64 lowercase hex digits", lambda v: isinstance(v, str) and _SHA256.fullmatch(v)),
+    "samples": ("a count", _count),
+}
+_SPLIT_SCHEMA = {
+    "samples": ("a count", _count), "failures": ("a count", _count), "source_bytes": ("a count", _count),
+    "l3_bytes": ("a count", _count), "shard_bytes": ("a count", _count), "fields": ("a list of strings", _strings),
+    "labelled": ("true or false", lambda v: isinstance(v, bool)),
+    "shards": ("a list of shard objects", lambda v: isinstance(v, list)),
+}
+_MANIFEST_SCHEMA = {
+    "class_names": ("a list of strings", _strings), "class_ids": ("a list of strings", _strings),
+    "splits": ("an object of split name -> split object", lambda v: isinstance(v, dict)),
+    "failures": ("a list of failure objects", lambda v: isinstance(v, list)),
+    "options": ("an object", lambda v: isinstance(v, dict)), "source": ("an object", lambda v: isinstance(v, dict)),
+    "pixel_notes": ("an object", lambda v: isinstance(v, dict)),
+}
+_FAILURE_KEYS = ("split", "key", "source", "kind", "error")
+
+
+def _object_problem(value: dict, schema: dict, where: str) -> str | None:
+    for key, (what, valid) in schema.items():
+        if key in value and not valid(value[key]):
+            return f"{where}{key!r} must be {what}, not {_shown(value[key])}"
+    return None
+
+
+def _shown(value) -> str:
+    text = json.dumps(value)
+    return f"{type(value).__name__} {text[:40]}{'...' if len(text) > 40 else ''}"
+
+
+def manifest_problem(manifest: dict) -> str | None:
+    """What makes a parsed manifest unusable (a type, a name that would leave the dataset's root),
+    or None: checked once, when it is read, so that nothing after trips on it."""
+    problem = _object_problem(manifest, _MANIFEST_SCHEMA, "")
+    if problem is not None:
+        return problem
+    if "splits" not in manifest:
+        return "'splits' is missing"
+    for split, facts in manifest["splits"].items():
+        if not _plain_name(split):
+            return f"split name {split!r} is not a plain directory name"
+        if not isinstance(facts, dict):
+            return f"split {split!r} must be an object, not {_shown(facts)}"
+        problem = _object_problem(facts, _SPLIT_SCHEMA, f"split {split!r}: ")
+        if problem is not None:
+            return problem
+        for n, shard in enumerate(facts.get("shards", [])):
+            if not isinstance(shard, dict):
+                return f"split {split!r}: shard {n} must be an object, not {_shown(shard)}"
+            missing = [key for key in ("name", "bytes", "sha256") if key not in shard]
+            problem = (f"split {split!r}: shard {n} has no {missing[0]!r}" if missing else
+                       _object_problem(shard, _SHARD_SCHEMA, f"split {split!r}: shard {n}: "))
+            if problem is not None:
+                return problem
+    for n, failure in enumerate(manifest.get("failures", [])):
+        if not (isinstance(failure, dict) and all(isinstance(failure.get(key, ""), str) for key in _FAILURE_KEYS)):
+            return f"failure {n} must be an object of strings ({', '.join(_FAILURE_KEYS)}), not {_shown(failure)}"
+    return None
+
+
 def _is_url(root: str) -> bool:
     return "://" in root and not root.startswith("file://")
 
@@ -407,6 +491,9 @@ class DatasetLocation:
                 f"{self.root} is dataset version {version}; this l3codec reads up to {DATASET_VERSION} "
                 "(upgrade l3codec)"
             )
+        problem = manifest_problem(manifest)
+        if problem is not None:
+            raise L3Error(f"{self._path(MANIFEST_NAME)}: {problem}")
         if manifest.get("codec_format_version") == 1 and manifest.get("options", {}).get("mode") == "fast":
             raise L3Error(f"{self.root} holds {FAST_V1_REFUSED}")
         return manifest
@@ -467,7 +554,7 @@ class DatasetReader(DatasetLocation):
             path = self._path(self.split, shard_name(shard))
             try:
                 mapped = np.memmap(path, np.uint8, mode="r")
-            except ValueError as error:  # numpy cannot map an empty file
+            except (ValueError, IsADirectoryError) as error:  # numpy cannot map an empty file
                 raise L3Error(f"{path} cannot be read ({error}): an empty or damaged shard") from None
             mapped = mapped.view(np.ndarray)  # the mapping stays its base; slices of a plain array are cheaper
             self._misplaced[shard] = self._misplaced_members(shard, mapped)
