@@ -59,6 +59,9 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument("--resume", action="store_true", help="finish an interrupted conversion into DST")
         command.add_argument("--max-side", type=_positive, help="LOSSY: downscale so the long side is <= N")
         command.add_argument("--resize-short", type=_positive, help="LOSSY: downscale so the short side is N")
+        command.add_argument("--max-pixels", type=int, default=fmt.DEFAULT_MAX_PIXELS, metavar="N",
+                             help=f"skip (and report) a source image of more pixels, from its header (default "
+                             f"{fmt.DEFAULT_MAX_PIXELS}, 8192x8192; at most {fmt.MAX_PIXELS})")
         command.add_argument("--exif-transpose", action="store_true",
                              help="apply EXIF orientation (default: pixels as stored, as torchvision's ImageFolder)")
         command.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -121,7 +124,8 @@ def _run(args) -> int:
             args.command, args.src, args.dst, split=args.split, mode=args.mode, tile_width=args.tile_width,
             shard_size=args.shard_size, workers=args.workers, scheduler=args.scheduler, verify=args.verify,
             resume=args.resume, max_side=args.max_side, resize_short=args.resize_short,
-            exif_transpose=args.exif_transpose, progress=not args.no_progress, **options)
+            exif_transpose=args.exif_transpose, max_pixels=args.max_pixels, progress=not args.no_progress,
+            **options)
     except KeyboardInterrupt as stop:
         terminated = isinstance(stop, _Terminated)
         print(f"l3convert: {'terminated' if terminated else 'interrupted'}; finished shards are kept, "

@@ -90,6 +90,7 @@ class PoolExecutor:
     def __init__(self, workers: int, warm: tuple = ()):
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload([f"{__package__}.pool_warmup"])
+        _start_forkserver()
         self.progress_queue = context.Queue()
         self.workers = workers
         self._pool = concurrent.futures.ProcessPoolExecutor(
@@ -108,6 +109,25 @@ class PoolExecutor:
             for process in list((self._pool._processes or {}).values()):
                 process.terminate()
         self._pool.shutdown(wait=True, cancel_futures=cancel)
+
+
+def _start_forkserver() -> None:
+    """Start the forkserver without the current directory on its path. It runs `python -c`, whose
+    path starts with the current directory (CPython's forkserver ignores the coordinator's path):
+    run beside a checkout named l3codec, with l3codec installed editable, that checkout's root
+    would be imported as a namespace package l3codec without the codec, and every worker would fail.
+    PYTHONSAFEPATH (Python 3.11+) leaves the current directory out."""
+    from multiprocessing import forkserver
+
+    previous = os.environ.get("PYTHONSAFEPATH")
+    os.environ["PYTHONSAFEPATH"] = "1"
+    try:
+        forkserver.ensure_running()
+    finally:
+        if previous is None:
+            del os.environ["PYTHONSAFEPATH"]
+        else:
+            os.environ["PYTHONSAFEPATH"] = previous
 
 
 class DaskExecutor:

@@ -53,11 +53,14 @@ def inspect(root, /, *, deep: bool = False, storage_options=None) -> dict:
                 if limit is not None and ends[index["shard"] == number].max(initial=0) > limit:
                     report["problems"].append(f"{split}/{dataset.shard_name(int(number))}: index points past its end")
         labels = index["label"]
-        per_class = {}
-        if labels.size and (labels >= 0).any():
-            counts = np.bincount(labels[labels >= 0])
-            per_class = {(class_names[i] if i < len(class_names) else str(i)): int(count)
-                         for i, count in enumerate(counts) if count}
+        # counted per label present, not by bincount: one label of 2**31 - 1 would allocate 16 GiB
+        present, counts = np.unique(np.asarray(labels[labels >= 0], np.int64), return_counts=True)
+        per_class = {(class_names[i] if i < len(class_names) else str(i)): int(count)
+                     for i, count in zip(present.tolist(), counts.tolist())}
+        beyond = present[present >= len(class_names)] if class_names else present[:0]
+        if beyond.size:
+            report["problems"].append(f"{split}: {beyond.size} label{'s' if beyond.size > 1 else ''} beyond the "
+                                      f"{len(class_names)} class names (largest {int(beyond[-1])})")
         shapes = collections.Counter(zip(index["image_height"].tolist(), index["image_width"].tolist(),
                                          index["image_channels"].tolist(), index["image_bits"].tolist()))
         member_bytes = int(sum(index[f"{field}_size"].astype(np.int64).sum() for field in reader.fields))
@@ -75,7 +78,7 @@ def inspect(root, /, *, deep: bool = False, storage_options=None) -> dict:
                                           f"{(header.height, header.width, header.channels)}")
                         l3codec.decode(data)
                         decoded += 1
-                    except L3Error as error:
+                    except (L3Error, OSError) as error:
                         report["problems"].append(f"{split}/{reader.key(i)}.{dataset.FIELDS[field]}: {error}")
         source_bytes = facts.get("source_bytes", 0)
         report["splits"][split] = {

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 
 from .pixels import IMAGE_SUFFIXES
@@ -106,14 +107,24 @@ def _other_layout(src: str, classes: list) -> str | None:
 
 
 KIND_SAMPLES = 16  # files per class whose headers are read for their kind
+NOT_REGULAR = "not a regular file (a FIFO or a device): skipped"  # as the l3 tool says
+
+
+def read_regular_file(path: str, limit: int = -1) -> bytes:
+    """The first limit bytes (all with -1) of a regular file; OSError(NOT_REGULAR) for a FIFO or a
+    device, found without blocking: opening a FIFO for reading waits for a writer."""
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with open(descriptor, "rb") as file:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise OSError(NOT_REGULAR)
+        return file.read(limit)
 
 
 def _sample_kind(path: str) -> tuple | None:
     """(bits, colour) from a source file's header alone, None if it cannot be read: a PNG's IHDR
     (bit depth, colour type), else Pillow's mode (Image.open reads only the header)."""
     try:
-        with open(path, "rb") as file:
-            head = file.read(33)
+        head = read_regular_file(path, 33)
         if head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR":
             return (16 if head[24] == 16 else 8), head[25] in (2, 3, 6)
         from PIL import Image

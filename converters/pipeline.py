@@ -26,11 +26,11 @@ import numpy as np
 import l3codec
 from l3codec import dataset, sources
 from l3codec.fields import field as field_named
-from l3codec.format import MODES, L3Error
+from l3codec.format import DEFAULT_MAX_PIXELS, MAX_PIXELS, MODES, L3Error
 from l3codec.sources import UnreadableSource
 
 from . import executors
-from .layouts import find_layout
+from .layouts import find_layout, read_regular_file
 from .pixels import LOSSY_SUFFIXES, resize, target_size
 
 WORK_DIR = dataset.CONVERSION_WORK_DIR
@@ -132,8 +132,7 @@ class Summary:
 
 def _read_file(path: str, member: str) -> bytes:
     try:
-        with open(path, "rb") as file:
-            return file.read()
+        return read_regular_file(path)
     except OSError as error:
         raise UnreadableSource(f"{member} {path} unreadable: {error.strerror or error}") from error
 
@@ -151,7 +150,8 @@ def _encode_sample(sample, fields, options) -> tuple:
         data = _read_file(path, member)
         source_bytes += len(data)
         try:
-            arrays[member], member_notes = sources.read(data, exif_transpose=options["exif_transpose"])
+            arrays[member], member_notes = sources.read(data, exif_transpose=options["exif_transpose"],
+                                                        max_pixels=options["max_pixels"])
         except UnreadableSource as error:
             raise UnreadableSource(f"{member} {path}: {error}") from error
         notes += member_notes
@@ -457,13 +457,15 @@ def convert(layout: str, src, dst, /, *, split: str | None = None, mode: str = "
             verify: bool = False, resume: bool = False, max_side: int | None = None,
             resize_short: int | None = None, exif_transpose: bool = False, annotations: str = "gtFine",
             val_labels: str | None = None, synset_words: str | None = None, force: bool = False,
-            progress: bool = True) -> Summary:
+            max_pixels: int = DEFAULT_MAX_PIXELS, progress: bool = True) -> Summary:
     """Convert a folder, Cityscapes or ImageNet tree at src into a sharded L3 dataset at dst.
 
     workers: processes (default all cores; 0 or 1 runs in this process); scheduler: a Dask
     distributed address instead. resume finishes an interrupted run; verify decodes every written
     sample and compares it with the source pixels. force: "folder" takes a tree laid out as
-    Cityscapes or ImageNet as classes anyway. Returns a Summary (print it for the table).
+    Cityscapes or ImageNet as classes anyway. max_pixels: a source image of more pixels is
+    reported and skipped, from its header (default DEFAULT_MAX_PIXELS, 8192 x 8192; at most
+    MAX_PIXELS). Returns a Summary (print it for the table).
     """
     started = time.perf_counter()
     if mode not in MODES:
@@ -471,6 +473,8 @@ def convert(layout: str, src, dst, /, *, split: str | None = None, mode: str = "
     for name, value in (("max_side", max_side), ("resize_short", resize_short), ("tile_width", tile_width)):
         if value is not None and (not isinstance(value, int) or value < 1):
             raise ValueError(f"{name} must be a positive integer, not {value!r}")
+    if not isinstance(max_pixels, int) or not 1 <= max_pixels <= MAX_PIXELS:
+        raise ValueError(f"max_pixels must be an integer in 1..{MAX_PIXELS}, not {max_pixels!r}")
     shard_bytes = parse_size(shard_size)
     src, dst = os.path.abspath(os.fspath(src)), os.path.abspath(os.fspath(dst))
     found = find_layout(layout, src, split=split, annotations=annotations, val_labels=val_labels,
@@ -482,7 +486,7 @@ def convert(layout: str, src, dst, /, *, split: str | None = None, mode: str = "
     fingerprint = _plan_fingerprint(found.name, tasks, byte_options)
     if resume and os.path.exists(os.path.join(dst, dataset.MANIFEST_NAME)):
         return _summary_from_manifest(dst, fingerprint, started)
-    plan = _Plan(found, src, dst, tasks, byte_options, verify, fingerprint, started)
+    plan = _Plan(found, src, dst, tasks, byte_options, verify, max_pixels, fingerprint, started)
     # before anything is written: a scheduler may not answer
     executor = executors.make_executor(workers, scheduler, warm=_compile_list(found, mode, verify))
     try:
@@ -506,6 +510,7 @@ class _Plan:
     tasks: list  # one per shard
     byte_options: dict  # what changes the bytes written (in the manifest and the fingerprint)
     verify: bool
+    max_pixels: int  # which sources are read (not in the fingerprint: it changes no byte written)
     fingerprint: str
     started: float  # time.perf_counter()
 
@@ -513,7 +518,7 @@ class _Plan:
 def _convert_tasks(plan: _Plan, executor, *, resume: bool, progress: bool) -> Summary:
     """Run the shards not finished yet on executor, then write the indexes and the manifest."""
     dst, tasks = plan.dst, plan.tasks
-    worker_options = {**plan.byte_options, "verify": plan.verify}
+    worker_options = {**plan.byte_options, "verify": plan.verify, "max_pixels": plan.max_pixels}
     records = {}
     pending = []
     for task in tasks:

@@ -190,7 +190,7 @@ def _percent(part: int, whole: int) -> str:
 
 def _encode(args, source: Path, target: Path) -> None:
     _refuse_existing(target, args.force)
-    image, notes = sources.read(_read_input(source))
+    image, notes = sources.read(_read_input(source), max_pixels=args.max_pixels)
     data = encode(image, mode=args.mode, tile_width=args.tile_width, tile_height=args.tile_height)
     _write_output(target, data, args.force)
     if notes:
@@ -304,6 +304,7 @@ def _parser() -> argparse.ArgumentParser:
         f" {fmt.COMPACT_BAND_ROWS} up to {fmt.COMPACT_MAX_TILE_HEIGHT} (default {fmt.COMPACT_BAND_ROWS});"
         f" either mode takes {fmt.FLAT_TILE_HEIGHT} for flat graphics and text where that is smaller",
     )
+    _add_max_pixels(command)
 
     command = _add_command(
         sub, "decode", "decode .l3 images to PNG", _decode,
@@ -356,9 +357,20 @@ def _cache(args, directory: Path, _target=None) -> None:
 
 def _add_max_pixels(command) -> None:
     command.add_argument(
-        "--max-pixels", type=int, default=fmt.MAX_PIXELS, metavar="N",
-        help=f"refuse an image (or region) of more pixels, from its header (default {fmt.MAX_PIXELS})",
+        "--max-pixels", type=_pixel_budget, default=fmt.DEFAULT_MAX_PIXELS, metavar="N",
+        help=f"refuse an image (or region) of more pixels, from its header (default {fmt.DEFAULT_MAX_PIXELS}, "
+        f"8192x8192; at most {fmt.MAX_PIXELS})",
     )
+
+
+def _pixel_budget(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= fmt.MAX_PIXELS:
+        raise argparse.ArgumentTypeError(f"must be an integer in 1..{fmt.MAX_PIXELS}, not {text!r}")
+    return value
 
 
 def _attach_region_values(argv: list) -> list:

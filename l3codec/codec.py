@@ -93,7 +93,7 @@ def info(data, /) -> fmt.Info:
     return fmt.parse(data, verify=False).info
 
 
-def check(data, /, *, max_pixels: int = fmt.MAX_PIXELS) -> bool:
+def check(data, /, *, max_pixels: int = fmt.DEFAULT_MAX_PIXELS) -> bool:
     """True if data is a valid L3 image that decodes cleanly; TypeError if data is not a buffer."""
     require_buffer(data)
     try:
@@ -133,7 +133,8 @@ def _check_out(out, shape: tuple, dtype: np.dtype) -> None:
         raise L3Error("out must be writeable, not a read-only array")
 
 
-def decode(data, /, *, region=None, out=None, verify: bool = True, max_pixels: int = fmt.MAX_PIXELS) -> np.ndarray:
+def decode(data, /, *, region=None, out=None, verify: bool = True,
+           max_pixels: int = fmt.DEFAULT_MAX_PIXELS) -> np.ndarray:
     """Decode an L3 image to HWC (HW for one channel) uint8/uint16.
 
     region=(y, x, h, w) decodes only the tiles that intersect it and returns that window.
@@ -142,7 +143,8 @@ def decode(data, /, *, region=None, out=None, verify: bool = True, max_pixels: i
     bytes-like raises TypeError.
     verify=False skips the payload checksum (headers and sizes are always checked).
     max_pixels: a larger image (or region) is refused from its header, before anything is
-    allocated: a few kilobytes of L3 can describe gigabytes of pixels.
+    allocated: a few kilobytes of L3 can describe gigabytes of pixels. The default,
+    DEFAULT_MAX_PIXELS (8192 x 8192), is raised knowingly, up to MAX_PIXELS (16384 x 16384).
     """
     require_buffer(data)
     parsed = fmt.parse(data, verify=verify)
@@ -161,7 +163,8 @@ def decode_parsed(buf: np.ndarray, parsed: fmt.Parsed, /, *, region=None, out=No
         region = (0, 0, info.height, info.width)
     region = check_region(info, region)
     if region[2] * region[3] > max_pixels:
-        raise L3Error(f"{region[2]}x{region[3]} pixels exceed max_pixels={max_pixels}")
+        raise L3Error(f"{region[2]}x{region[3]} pixels exceed max_pixels={max_pixels} (raise it, up to "
+                      f"{fmt.MAX_PIXELS}, for an image you trust)")
     streams, origin, size = region_streams(info, region)
     y, x, h, w = region
     shape = (h, w) if info.channels == 1 else (h, w, info.channels)

@@ -11,11 +11,13 @@ decodes pixels, and never imports numba or torch (numpy and the standard library
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import hashlib
 import io
 import json
 import os
+import re
 import tarfile
 import time
 
@@ -28,7 +30,12 @@ DATASET_FORMAT = "l3dataset"
 DATASET_VERSION = 1
 MAX_IN_FLIGHT = 32  # concurrent byte-range requests per read_many on a remote dataset
 MERGE_GAP = 16384  # bytes between two members of a shard (tar headers, small members) fetched in one request
-REMOTE_RETRIES = 3  # retries of a failed range request, after RETRY_PAUSE_S, then twice that...
+# A remote request (a byte range, the manifest, an index) that fails or has no answer within
+# REMOTE_TIMEOUT_S (connecting and reading) is retried REMOTE_RETRIES times, after RETRY_PAUSE_S,
+# then twice that...; then L3Error names its URL and byte range. At worst an error comes after
+# (REMOTE_RETRIES + 1) x REMOTE_TIMEOUT_S + 1.4 s: 121.4 s with these defaults.
+REMOTE_TIMEOUT_S = 30.0
+REMOTE_RETRIES = 3
 RETRY_PAUSE_S = 0.2
 CONVERSION_WORK_DIR = ".l3convert"  # l3convert's plan and finished-shard records, until the manifest
 MANIFEST_NAME = "manifest.json"
@@ -237,6 +244,89 @@ def concatenate_rows(records) -> np.ndarray:
     return np.concatenate([array.astype(np.dtype(target)) for array in arrays])
 
 
+# The manifest's schema: key -> (what it must be, a check). Split and shard names become paths
+# under the dataset's root, so they must be plain names (a shard's exactly as ShardWriter writes it).
+_SHARD_NAME = re.compile(r"shard-[0-9]{6}\.tar")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def _plain_name(name: str) -> bool:
+    """A name that stays under the directory it is joined to."""
+    return name not in ("", ".", "..") and not re.search(r"[/\\\0]", name)
+
+
+def _count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _strings(value) -> bool:
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
+
+
+_SHARD_SCHEMA = {
+    "name": ("a file name shard-NNNNNN.tar", lambda v: isinstance(v, str) and _SHARD_NAME.fullmatch(v)),
+    "bytes": ("a count", _count),
+    "sha256": ("64 lowercase hex digits", lambda v: isinstance(v, str) and _SHA256.fullmatch(v)),
+    "samples": ("a count", _count),
+}
+_SPLIT_SCHEMA = {
+    "samples": ("a count", _count), "failures": ("a count", _count), "source_bytes": ("a count", _count),
+    "l3_bytes": ("a count", _count), "shard_bytes": ("a count", _count), "fields": ("a list of strings", _strings),
+    "labelled": ("true or false", lambda v: isinstance(v, bool)),
+    "shards": ("a list of shard objects", lambda v: isinstance(v, list)),
+}
+_MANIFEST_SCHEMA = {
+    "class_names": ("a list of strings", _strings), "class_ids": ("a list of strings", _strings),
+    "splits": ("an object of split name -> split object", lambda v: isinstance(v, dict)),
+    "failures": ("a list of failure objects", lambda v: isinstance(v, list)),
+    "options": ("an object", lambda v: isinstance(v, dict)), "source": ("an object", lambda v: isinstance(v, dict)),
+    "pixel_notes": ("an object", lambda v: isinstance(v, dict)),
+}
+_FAILURE_KEYS = ("split", "key", "source", "kind", "error")
+
+
+def _object_problem(value: dict, schema: dict, where: str) -> str | None:
+    for key, (what, valid) in schema.items():
+        if key in value and not valid(value[key]):
+            return f"{where}{key!r} must be {what}, not {_shown(value[key])}"
+    return None
+
+
+def _shown(value) -> str:
+    text = json.dumps(value)
+    return f"{type(value).__name__} {text[:40]}{'...' if len(text) > 40 else ''}"
+
+
+def manifest_problem(manifest: dict) -> str | None:
+    """What makes a parsed manifest unusable (a type, a name that would leave the dataset's root),
+    or None: checked once, when it is read, so that nothing after trips on it."""
+    problem = _object_problem(manifest, _MANIFEST_SCHEMA, "")
+    if problem is not None:
+        return problem
+    if "splits" not in manifest:
+        return "'splits' is missing"
+    for split, facts in manifest["splits"].items():
+        if not _plain_name(split):
+            return f"split name {split!r} is not a plain directory name"
+        if not isinstance(facts, dict):
+            return f"split {split!r} must be an object, not {_shown(facts)}"
+        problem = _object_problem(facts, _SPLIT_SCHEMA, f"split {split!r}: ")
+        if problem is not None:
+            return problem
+        for n, shard in enumerate(facts.get("shards", [])):
+            if not isinstance(shard, dict):
+                return f"split {split!r}: shard {n} must be an object, not {_shown(shard)}"
+            missing = [key for key in ("name", "bytes", "sha256") if key not in shard]
+            problem = (f"split {split!r}: shard {n} has no {missing[0]!r}" if missing else
+                       _object_problem(shard, _SHARD_SCHEMA, f"split {split!r}: shard {n}: "))
+            if problem is not None:
+                return problem
+    for n, failure in enumerate(manifest.get("failures", [])):
+        if not (isinstance(failure, dict) and all(isinstance(failure.get(key, ""), str) for key in _FAILURE_KEYS)):
+            return f"failure {n} must be an object of strings ({', '.join(_FAILURE_KEYS)}), not {_shown(failure)}"
+    return None
+
+
 def _is_url(root: str) -> bool:
     return "://" in root and not root.startswith("file://")
 
@@ -269,11 +359,18 @@ class DatasetLocation:
     """Where a converted dataset is (a local path or an fsspec URL) and its files: the manifest
     without opening a split (read_manifest), and what a DatasetReader reads through."""
 
-    def __init__(self, root, storage_options=None):
+    def __init__(self, root, storage_options=None, *, timeout: float = REMOTE_TIMEOUT_S,
+                 retries: int = REMOTE_RETRIES):
         root = os.fspath(root).rstrip("/")
         self.root = root[len("file://"):] if root.startswith("file://") else root
         self.remote = _is_url(self.root)
         self.storage_options = dict(storage_options or {})
+        if not (isinstance(timeout, (int, float)) and timeout > 0):
+            raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
+        if not (isinstance(retries, int) and retries >= 0):
+            raise ValueError(f"retries must be an integer >= 0, not {retries!r}")
+        self.timeout, self.retries = float(timeout), retries
+        self.max_in_flight = MAX_IN_FLIGHT  # concurrent range requests of read_many (remote)
         self._fs, self._pid = None, os.getpid()
 
     def _own_process(self) -> None:
@@ -288,8 +385,17 @@ class DatasetLocation:
                 import fsspec
             except ImportError as error:
                 raise L3Error(f"reading {self.root} needs fsspec (pip install fsspec)") from error
-            self._fs, _ = fsspec.core.url_to_fs(self.root, **self.storage_options)
+            self._fs, _ = fsspec.core.url_to_fs(self.root, **self._bounded_options())
         return self._fs
+
+    def _bounded_options(self) -> dict:
+        """storage_options, with botocore's own retries off unless config_kwargs is given: it
+        would retry a refused connection for about 10 s inside each of our attempts."""
+        options = dict(self.storage_options)
+        if self.root.split("://", 1)[0] in ("s3", "s3a"):
+            options.setdefault("config_kwargs", {"retries": {"max_attempts": 1}, "connect_timeout": self.timeout,
+                                                 "read_timeout": self.timeout})
+        return options
 
     def _path(self, *parts) -> str:
         return "/".join((self.root, *parts)) if self.remote else os.path.join(self.root, *parts)
@@ -307,17 +413,54 @@ class DatasetLocation:
     def _read_whole(self, *parts) -> bytes:
         path = self._path(*parts)
         if self.remote:
-            fs = self._filesystem()
-            return fs.cat_file(path)
+            [data] = self._fetch_ranges([(path, None, None)])
+            if isinstance(data, BaseException):
+                raise data
+            return data
         with open(path, "rb") as file:
             return file.read()
 
     def _holds_conversion_plan(self) -> bool:
         try:
             self._read_whole(CONVERSION_WORK_DIR, "plan.json")
-        except OSError:
+        except (OSError, L3Error):
             return False
         return True
+
+    def _fetch_ranges(self, ranges: list) -> list:
+        """[(url, start, end)] (start and end None: the whole file) -> bytes or an exception each:
+        max_in_flight requests at a time, each bounded by timeout, a failed one retried with a
+        growing pause, then an L3Error naming its URL and byte range. A missing file is not
+        retried: its FileNotFoundError comes back as it is."""
+        fs = self._filesystem()
+        results = [None] * len(ranges)
+        pending = list(range(len(ranges)))
+        for attempt in range(self.retries + 1):
+            if attempt:
+                time.sleep(RETRY_PAUSE_S * 2 ** (attempt - 1))
+            batch = [ranges[k] for k in pending]
+            if getattr(fs, "async_impl", False):
+                from fsspec.asyn import sync
+
+                got = sync(fs.loop, _fetch_concurrently, fs, batch, self.timeout, self.max_in_flight)
+            else:  # a filesystem without coroutines: one at a time, as long as it takes
+                got = [_range_or_error(fs, *r) for r in batch]
+            failed = []
+            for k, (url, start, end), data in zip(pending, batch, got):
+                wanted = None if start is None else end - start
+                if isinstance(data, FileNotFoundError):
+                    results[k] = data
+                elif isinstance(data, BaseException) or (wanted is not None and len(data) != wanted):
+                    failed.append(k)
+                    results[k] = L3Error(f"{url}: {'' if start is None else f'bytes {start}-{end}: '}"
+                                         f"{_failure_reason(data, wanted, self.timeout)} "
+                                         f"(after {attempt + 1} attempt{'s' if attempt else ''})")
+                else:
+                    results[k] = data
+            pending = failed
+            if not pending:
+                break
+        return results
 
     def load_manifest(self) -> dict:
         """The dataset's manifest, checked; sets dataset_id (the sample cache's key)."""
@@ -349,6 +492,9 @@ class DatasetLocation:
                 f"{self.root} is dataset version {version}; this l3codec reads up to {DATASET_VERSION} "
                 "(upgrade l3codec)"
             )
+        problem = manifest_problem(manifest)
+        if problem is not None:
+            raise L3Error(f"{self._path(MANIFEST_NAME)}: {problem}")
         if manifest.get("codec_format_version") == 1 and manifest.get("options", {}).get("mode") == "fast":
             raise L3Error(f"{self.root} holds {FAST_V1_REFUSED}")
         return manifest
@@ -361,14 +507,14 @@ class DatasetReader(DatasetLocation):
     by byte range; nothing is opened until needed, so a reader pickles and survives fork.
     """
 
-    def __init__(self, root, split: str = "train", *, storage_options=None, cache=None):
-        super().__init__(root, storage_options)
+    def __init__(self, root, split: str = "train", *, storage_options=None, cache=None,
+                 timeout: float = REMOTE_TIMEOUT_S, retries: int = REMOTE_RETRIES):
+        super().__init__(root, storage_options, timeout=timeout, retries=retries)
         self.split = split
         self._maps = {}
         self._misplaced = {}  # shard -> {(sample, member): problem}, filled as _maps is
         self.manifest = self.load_manifest()
         self.cache = cache  # a cache.SampleCache shared by every process that reads this dataset
-        self.max_in_flight = MAX_IN_FLIGHT  # concurrent range requests of read_many (remote)
         splits = self.manifest.get("splits", {})
         if split not in splits:
             raise L3Error(f"{self.root} has no split {split!r}; it has {sorted(splits)}")
@@ -409,7 +555,7 @@ class DatasetReader(DatasetLocation):
             path = self._path(self.split, shard_name(shard))
             try:
                 mapped = np.memmap(path, np.uint8, mode="r")
-            except ValueError as error:  # numpy cannot map an empty file
+            except (ValueError, IsADirectoryError) as error:  # numpy cannot map an empty file
                 raise L3Error(f"{path} cannot be read ({error}): an empty or damaged shard") from None
             mapped = mapped.view(np.ndarray)  # the mapping stays its base; slices of a plain array are cheaper
             self._misplaced[shard] = self._misplaced_members(shard, mapped)
@@ -496,8 +642,8 @@ class DatasetReader(DatasetLocation):
 
         Remote members the cache does not hold are fetched concurrently: at most
         `max_in_flight` requests at once, the members of one shard that lie back to back merged
-        into one request, a failed request retried REMOTE_RETRIES times with a growing pause,
-        then an L3Error naming the URL and the byte range."""
+        into one request, each bounded by `timeout` and a failed one retried `retries` times
+        with a growing pause, then an L3Error naming the URL and the byte range."""
         results = [None] * len(requests)
         wanted = []  # (shard, offset, size, position, sample, field)
         for position, (i, field) in enumerate(requests):
@@ -541,42 +687,13 @@ class DatasetReader(DatasetLocation):
                 results[position] = member
         return results
 
-    def _fetch_ranges(self, ranges: list) -> list:
-        """[(url, start, end)] -> bytes or an L3Error each, max_in_flight requests at a time,
-        each failed one retried with a growing pause."""
-        fs = self._filesystem()
-        results = [None] * len(ranges)
-        pending = list(range(len(ranges)))
-        for attempt in range(REMOTE_RETRIES + 1):
-            if attempt:
-                time.sleep(RETRY_PAUSE_S * 2 ** (attempt - 1))
-            batch = [ranges[k] for k in pending]
-            try:
-                got = fs.cat_ranges([r[0] for r in batch], [r[1] for r in batch], [r[2] for r in batch],
-                                    on_error="return", batch_size=self.max_in_flight)
-            except TypeError:  # a filesystem without concurrent ranges: one at a time
-                got = [_range_or_error(fs, *r) for r in batch]
-            failed = []
-            for k, (url, start, end), data in zip(pending, batch, got):
-                if isinstance(data, BaseException) or len(data) != end - start:
-                    failed.append(k)
-                    reason = data if isinstance(data, BaseException) else f"{len(data)} of {end - start} bytes"
-                    results[k] = L3Error(f"{url}: bytes {start}-{end}: {reason} "
-                                         f"(after {attempt + 1} attempt{'s' if attempt else ''})")
-                else:
-                    results[k] = data
-            pending = failed
-            if not pending:
-                break
-        return results
-
     def _read_source(self, shard: int, offset: int, size: int, sample: int, member: str) -> np.ndarray:
         path = self._path(self.split, shard_name(shard))
         if self.remote:  # with the tar header before it, which must name it
             start = max(offset - TAR_BLOCK, 0)
-            data = self._filesystem().cat_file(path, start=start, end=offset + size)
-            if len(data) != offset + size - start:
-                raise L3Error(f"{path}: short read at {start} ({len(data)} of {offset + size - start} bytes)")
+            [data] = self._fetch_ranges([(path, start, offset + size)])
+            if isinstance(data, BaseException):
+                raise data
             return self._placed_member(path, data, start, offset, size, sample, member)
         mapped = self._shard_map(shard)
         if offset + size > mapped.shape[0]:
@@ -617,16 +734,46 @@ def _merge_ranges(wanted: list) -> list:
 def _range_or_error(fs, url, start, end):
     try:
         return fs.cat_file(url, start=start, end=end)
-    except Exception as error:  # noqa: BLE001 - returned to be retried and reported as cat_ranges does
+    except Exception as error:  # noqa: BLE001 - returned to be retried and reported
         return error
 
 
-def open_dataset(root, /, split: str = "train", *, storage_options=None, cache=None) -> DatasetReader:
+async def _fetch_concurrently(fs, ranges: list, timeout: float, limit: int) -> list:
+    """An async filesystem's bytes (or exception) for each (url, start, end), at most limit
+    requests at once, each given up after timeout seconds (connecting and reading)."""
+    slots = asyncio.Semaphore(limit)
+
+    async def fetch(url, start, end):
+        async with slots:
+            try:
+                return await asyncio.wait_for(fs._cat_file(url, start=start, end=end), timeout)
+            except Exception as error:  # noqa: BLE001 - returned to be retried and reported
+                return error
+
+    return await asyncio.gather(*(fetch(*r) for r in ranges))
+
+
+def _failure_reason(got, wanted, timeout: float) -> str:
+    """Why a remote request failed: what it raised, or the bytes it returned."""
+    if isinstance(got, (asyncio.TimeoutError, TimeoutError)):
+        return f"no answer within {timeout:g} s"
+    if isinstance(got, BaseException):
+        text = str(got).strip().replace("\n", " ")
+        return f"{type(got).__name__}: {text}" if text else type(got).__name__
+    return f"{len(got)} of {wanted} bytes"
+
+
+def open_dataset(root, /, split: str = "train", *, storage_options=None, cache=None,
+                 timeout: float = REMOTE_TIMEOUT_S, retries: int = REMOTE_RETRIES) -> DatasetReader:
     """Open one split of a converted dataset (a local path or an fsspec URL) for random access;
-    cache: an l3codec.cache.SampleCache that keeps the samples' bytes on this node."""
-    return DatasetReader(root, split, storage_options=storage_options, cache=cache)
+    cache: an l3codec.cache.SampleCache that keeps the samples' bytes on this node.
+    timeout, retries: each remote request is given up after timeout seconds (connecting and
+    reading) and retried retries times, then L3Error names its URL and byte range."""
+    return DatasetReader(root, split, storage_options=storage_options, cache=cache, timeout=timeout,
+                         retries=retries)
 
 
-def read_manifest(root, /, *, storage_options=None) -> dict:
+def read_manifest(root, /, *, storage_options=None, timeout: float = REMOTE_TIMEOUT_S,
+                  retries: int = REMOTE_RETRIES) -> dict:
     """A converted dataset's manifest (split names, counts, options, failures, shard checksums)."""
-    return DatasetLocation(root, storage_options).load_manifest()
+    return DatasetLocation(root, storage_options, timeout=timeout, retries=retries).load_manifest()

@@ -97,6 +97,9 @@ DEFAULT_COLOUR_TRANSFORM = {mode.id: mode.default_transform for mode in MODE_SPE
 
 MAX_DIM = 1 << 18
 MAX_PIXELS = 1 << 28  # keeps every offset of the largest legal image inside uint32
+# What decode() and the readers of source images (l3 encode, l3convert) accept unless told more
+# (max_pixels=, --max-pixels): 8192 x 8192, docs/cli.md says why.
+DEFAULT_MAX_PIXELS = 1 << 26
 
 HEADER_DTYPE = np.dtype(
     [

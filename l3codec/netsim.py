@@ -5,7 +5,7 @@ seconds before passing it on, as a store across a network would; it counts reque
 most it held at once (requests in flight). Put it in front of moto's S3 server.
 
 RangeServer: an HTTP server of a directory that honours Range requests, and can fail the
-next N requests with 503, to exercise retries.
+next N requests with 503, or leave them unanswered, to exercise retries and timeouts.
 """
 
 from __future__ import annotations
@@ -79,12 +79,14 @@ class LatencyProxy:
 
 
 class RangeServer:
-    """HTTP GET/HEAD of files under root, with Range; fail_next(n) answers the next n with 503."""
+    """HTTP GET/HEAD of files under root, with Range; fail_next(n) answers the next n with 503,
+    stall_next(n) never answers them (until close)."""
 
     def __init__(self, root):
         self.root = os.fspath(root)
-        self.failures_left = 0
+        self.failures_left = self.stalls_left = 0
         self.requests = 0
+        self._closing = threading.Event()
         owner = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -101,6 +103,10 @@ class RangeServer:
 
             def _answer(self, body: bool):
                 owner.requests += 1
+                if owner.stalls_left > 0:
+                    owner.stalls_left -= 1
+                    owner._closing.wait()
+                    return
                 if owner.failures_left > 0:
                     owner.failures_left -= 1
                     self.send_response(503)
@@ -144,6 +150,10 @@ class RangeServer:
     def fail_next(self, count: int) -> None:
         self.failures_left = count
 
+    def stall_next(self, count: int) -> None:
+        self.stalls_left = count
+
     def close(self) -> None:
+        self._closing.set()
         self._server.shutdown()
         self._server.server_close()

@@ -30,7 +30,7 @@ import zlib
 
 import numpy as np
 
-from .format import MAX_PIXELS
+from .format import DEFAULT_MAX_PIXELS
 
 PALETTE_NOTE = "palette expanded to {layout} (L3 stores no palette)"
 CMYK_NOTE = "CMYK converted to RGB"
@@ -84,8 +84,11 @@ def image_array(image) -> tuple:
     return np.ascontiguousarray(array), notes
 
 
-def read(data: bytes, /, *, exif_transpose: bool = False) -> tuple:
+def read(data: bytes, /, *, exif_transpose: bool = False, max_pixels: int = DEFAULT_MAX_PIXELS) -> tuple:
     """(HW or HWC RGB(A) array, list of notes) from an image file's bytes; UnreadableSource if bad.
+
+    An image of more than max_pixels pixels is refused from its header, before it is decoded: a
+    PNG of a few megabytes can hold gigabytes of pixels.
 
     A PNG is refused when a chunk's CRC is wrong, a chunk is cut short or IEND is missing, even
     if every pixel happens to be there: a damaged file is not a trusted source.
@@ -101,8 +104,9 @@ def read(data: bytes, /, *, exif_transpose: bool = False) -> tuple:
     try:
         with _open_image(data) as image:
             width, height = image.size
-            if width * height > MAX_PIXELS:
-                raise UnreadableSource(f"{width}x{height} is larger than L3's {MAX_PIXELS} pixels")
+            if width * height > max_pixels:
+                raise UnreadableSource(f"{width}x{height} is more than the {max_pixels} pixels allowed "
+                                       "(--max-pixels, max_pixels=)")
             wide_samples, rawmode = _pillow_narrows(image), _rawmode(image)  # load() forgets both
             frames = getattr(image, "n_frames", 1)  # counting seeks, and comes back to frame 0
             image.load()  # the whole file: Pillow raises on truncated or corrupt data

@@ -1,4 +1,9 @@
-"""The public verbs' argument checks: out=, non-buffer data, what a non-L3 file is called, imwrite."""
+"""The public verbs' argument checks: out=, non-buffer data, what a non-L3 file is called, imwrite,
+and decode()'s default pixel budget."""
+
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -95,3 +100,42 @@ def test_imwrite_refuses_another_format_suffix(tmp_path):
 def test_a_non_buffer_is_also_an_l3error():
     with pytest.raises(l3codec.L3Error):
         l3codec.decode(None)
+
+
+BOMB = os.path.join(os.path.dirname(__file__), "bombs", "rgba16-16384x16384.l3")  # 57 KB; 4 GiB of pixels
+# The child's own peak: VmHWM, not getrusage's ru_maxrss, which carries over the peak of the
+# process it was forked from (this test process, torch and all, when other tests ran first).
+PEAK_SCRIPT = """
+import re, sys
+import l3codec
+data = open(sys.argv[1], "rb").read()
+try:
+    l3codec.decode(data)
+    outcome = "decoded"
+except l3codec.L3Error as error:
+    outcome = str(error)
+peak_kib = re.search(r"VmHWM:\\s+(\\d+) kB", open("/proc/self/status").read()).group(1)
+print(int(peak_kib) // 1024, outcome)
+"""
+
+
+def test_a_small_file_cannot_make_decode_allocate_gigabytes_by_default():
+    """decode() with default arguments, in a child whose peak memory is measured: the 57 KB file
+    describes 16384 x 16384 16-bit RGBA (4 GiB decoded, 4.2 GiB peak before the default budget)."""
+    done = subprocess.run([sys.executable, "-c", PEAK_SCRIPT, BOMB], capture_output=True, text=True, timeout=120)
+    peak_mib, outcome = done.stdout.split(" ", 1)
+    assert int(peak_mib) < 400, f"peak {peak_mib} MiB: {outcome}"
+    assert "16384x16384 pixels exceed max_pixels=67108864" in outcome, done.stderr[-2000:]
+
+
+def test_the_pixel_budget_is_raised_knowingly():
+    with open(BOMB, "rb") as file:
+        data = file.read()
+    assert l3codec.decode(data, region=(100, 200, 64, 32)).shape == (64, 32, 4)  # a window within the budget
+    with pytest.raises(l3codec.L3Error, match="exceed max_pixels=67108864"):
+        l3codec.decode(data)
+    assert not l3codec.check(data)
+    small = l3codec.encode(np.zeros((40, 50), np.uint8))
+    with pytest.raises(l3codec.L3Error, match="40x50 pixels exceed max_pixels=1999"):
+        l3codec.decode(small, max_pixels=1999)
+    assert l3codec.decode(small, max_pixels=2000).shape == (40, 50)

@@ -1,5 +1,10 @@
 """Concurrent remote reads (DatasetReader.read_many): a real S3 server (moto) behind a proxy that
-adds latency per request, and an HTTP range server that fails on demand for the retries."""
+adds latency per request, an HTTP range server that fails or stalls on demand for the retries and
+timeouts, and a server that accepts connections and never answers."""
+
+import socket
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -69,3 +74,95 @@ def test_failed_requests_are_retried_then_reported_with_the_url(dataset):
         assert f"{server.url}/train/shard-" in str(got[0]) and "after 4 attempts" in str(got[0])
     finally:
         server.close()
+
+
+class SilentServer:
+    """Accepts TCP connections on 127.0.0.1 and never answers (a hung store)."""
+
+    def __init__(self):
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+        self._held = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                self._held.append(self._listener.accept()[0])
+            except OSError:
+                return
+
+    def close(self):
+        self._listener.close()
+        for connection in self._held:
+            connection.close()
+
+
+TIMEOUT_S = 0.3  # short timeouts passed as options: the 30 s default is never waited out here
+
+
+def test_a_silent_server_gives_an_l3error_naming_the_url_within_the_timeout():
+    pytest.importorskip("aiohttp")
+    server = SilentServer()
+    try:
+        started = time.monotonic()
+        with pytest.raises(L3Error, match=f"^{server.url}/manifest.json: no answer within 0.3 s "
+                                          r"\(after 2 attempts\)$"):
+            open_dataset(server.url, "train", timeout=TIMEOUT_S, retries=1)
+        assert time.monotonic() - started < 3  # two 0.3 s attempts and a 0.2 s pause
+    finally:
+        server.close()
+
+
+def test_a_stalled_range_is_retried_then_reported_by_read_and_read_many_alike(dataset):
+    pytest.importorskip("aiohttp")
+    server = RangeServer(dataset)
+    try:
+        local = open_dataset(dataset, "train")
+        remote = open_dataset(server.url, "train", timeout=TIMEOUT_S, retries=1)
+        server.stall_next(1)  # transient: one request unanswered, then answers
+        assert remote.read(3, "image").tobytes() == local.read(3, "image").tobytes()
+        server.fail_next(1)  # a 503, then answers
+        assert remote.read(4, "image").tobytes() == local.read(4, "image").tobytes()
+        server.stall_next(10**6)
+        started = time.monotonic()
+        with pytest.raises(L3Error) as raised:
+            remote.read(0, "image")
+        [got] = remote.read_many([(0, "image")])
+        assert time.monotonic() - started < 6
+        for error in (raised.value, got):
+            assert isinstance(error, L3Error)
+            assert str(error).startswith(f"{server.url}/train/shard-000000.tar: bytes 0-")
+            assert str(error).endswith("no answer within 0.3 s (after 2 attempts)")
+    finally:
+        server.close()
+
+
+def test_read_raises_l3error_after_the_default_retries_as_read_many(dataset):
+    pytest.importorskip("aiohttp")
+    server = RangeServer(dataset)
+    try:
+        remote = open_dataset(server.url, "train")
+        server.fail_next(10**6)
+        with pytest.raises(L3Error, match=f"^{server.url}/train/shard-000000.tar: bytes 0-.*503.*"
+                                          r"\(after 4 attempts\)$"):
+            remote.read(0, "image")
+    finally:
+        server.close()
+
+
+def test_lost_and_wrong_s3_endpoints_give_one_l3error_naming_url_and_range(dataset):
+    with S3Server() as server:
+        options = server.options(skip_instance_cache=True)
+        server.upload(dataset, "lost/l3", options)
+        remote = open_dataset("s3://lost/l3", "train", storage_options=options, timeout=TIMEOUT_S, retries=1)
+        assert remote.read(0, "image").size
+    started = time.monotonic()  # the server is gone
+    with pytest.raises(L3Error, match=r"^s3://lost/l3/train/shard-000000.tar: bytes \d+-\d+: .*\(after 2 attempts\)$"):
+        remote.read(1, "image")
+    with socket.create_server(("127.0.0.1", 0)) as closed:
+        wrong = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    with pytest.raises(L3Error, match=r"^s3://lost/l3/manifest.json: .*\(after 2 attempts\)$"):
+        open_dataset("s3://lost/l3", "train", storage_options=server.options(wrong, skip_instance_cache=True),
+                     timeout=TIMEOUT_S, retries=1)
+    assert time.monotonic() - started < 10

@@ -34,7 +34,7 @@ def grey_png(height=4, width=5) -> tuple:
 def test_a_huge_header_over_a_few_bytes_is_refused_before_any_pixel_is_decoded(recwarn):
     data = png(20000, 20000, 2, 8, b"\0" * 64)  # promises 1.2 GB of RGB
     assert len(data) < 200
-    with pytest.raises(sources.UnreadableSource, match="20000x20000 is larger than"):
+    with pytest.raises(sources.UnreadableSource, match="20000x20000 is more than the 67108864 pixels allowed"):
         sources.read(data)
     assert not [w for w in recwarn if "DecompressionBomb" in type(w.message).__name__]
 
@@ -83,3 +83,23 @@ def test_l3_decode_refuses_more_than_max_pixels_from_the_header(tmp_path, capsys
     assert l3(["check", str(tmp_path / "a.l3"), "--max-pixels", "2000"]) == 0
     with pytest.raises(l3codec.L3Error, match="exceed max_pixels"):
         l3codec.decode(data, max_pixels=100)
+
+
+def zeros_png(height, width) -> bytes:
+    """A valid grey PNG of zeros: a few kilobytes however many pixels it holds."""
+    return png(width, height, 0, 8, b"\0" * ((width + 1) * height))
+
+
+def test_l3_encode_refuses_a_png_over_the_pixel_budget_unless_raised(tmp_path, capsys):
+    bomb = tmp_path / "bomb.png"
+    bomb.write_bytes(zeros_png(8200, 8200))  # 67.2 million pixels, over the default 8192 x 8192
+    assert bomb.stat().st_size < 200_000
+    assert l3(["encode", str(bomb), "-o", str(tmp_path / "bomb.l3")]) == 1
+    assert f"l3: {bomb}: 8200x8200 is more than the 67108864 pixels allowed" in capsys.readouterr().err
+    assert not (tmp_path / "bomb.l3").exists()
+    small = tmp_path / "small.png"
+    small.write_bytes(zeros_png(30, 40))
+    assert l3(["encode", str(small), "--max-pixels", "1199", "-o", str(tmp_path / "a.l3")]) == 1
+    assert "40x30 is more than the 1199 pixels allowed" in capsys.readouterr().err
+    assert l3(["encode", str(small), "--max-pixels", "1200", "-o", str(tmp_path / "a.l3")]) == 0
+    np.testing.assert_array_equal(l3codec.imread(tmp_path / "a.l3"), np.zeros((30, 40), np.uint8))

@@ -59,6 +59,8 @@ class _BatchSource(Dataset):
                                              self.ring[slot].numpy(), **options)
                 return number, slot, staged
             return number, slot, self._decode_on_cpu(indices, options)
+        except L3Error as error:  # returned, for _watched to raise as it is: torch would wrap it in its traceback
+            return error
         finally:
             if self.reader.cache is not None:  # so that `l3 cache` counts what this worker did
                 self.reader.cache.flush_counters()
@@ -155,6 +157,8 @@ def _watched(batches: DataLoader, timeout: float):
                 f"unless multiprocessing_context says otherwise (it is {_start_method(batches.multiprocessing_context)!r}). "
                 f"A source that never answers (a FIFO, a stalled remote read) stalls them too."
             ) from None
+        if isinstance(batch, L3Error):  # a worker's (a bad sample, a remote read given up)
+            raise batch
         yield batch
         waiting_since = time.monotonic()
 
