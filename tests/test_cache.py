@@ -208,6 +208,7 @@ def test_two_datasets_never_share_entries(dataset, tmp_path):
     assert len(cache_report(tmp_path / "c")["datasets"]) == 2
 
 
+@pytest.mark.processes
 def test_a_remote_dataset_is_read_from_the_cache_once_the_server_is_gone(dataset, tmp_path):
     with S3Server() as server:
         server.upload(dataset, "cached/l3")
@@ -220,6 +221,7 @@ def test_a_remote_dataset_is_read_from_the_cache_once_the_server_is_gone(dataset
         assert remote.read(int(i), "image").tobytes() == local.read(int(i), "image").tobytes()
 
 
+@pytest.mark.processes
 def test_the_loader_workers_share_the_cache_and_l3_cache_shows_and_clears_it(dataset, tmp_path, capsys):
     torch = pytest.importorskip("torch")  # noqa: F841
     from l3codec.loader import L3Dataset, Loader, SampleCache as exported

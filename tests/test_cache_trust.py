@@ -376,6 +376,7 @@ READ_THE_REST = textwrap.dedent("""
 """)
 
 
+@pytest.mark.processes
 def test_a_full_cache_refuses_an_insert_before_writing_or_locking(dataset, tmp_path):
     local = open_dataset(dataset, "train")
     directory = tmp_path / "c"
@@ -468,6 +469,7 @@ INSERT_FOREVER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.processes
 def test_ten_sigkills_at_random_moments_of_inserting_leave_every_entry_whole_and_the_usage_exact(dataset, tmp_path):
     local = open_dataset(dataset, "train")
     directory = tmp_path / "c"

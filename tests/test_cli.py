@@ -50,6 +50,7 @@ def test_encode_decode_round_trip(tmp_path, capsys, channels, dtype):
     np.testing.assert_array_equal(decoded, image)
 
 
+@pytest.mark.processes
 def test_encode_options_and_output_file(tmp_path):
     image = make_image("gradient", H, W, 3, np.uint8)
     png = tmp_path / "in.png"
@@ -128,6 +129,7 @@ def test_region_outside_is_reported(tmp_path, capsys):
         main(["decode", str(tmp_path / "x.l3"), "--region", "1,2,3"])
 
 
+@pytest.mark.processes
 def test_info(tmp_path, capsys):
     l3codec.imwrite(tmp_path / "x.l3", make_image("gradient", H, W, 3, np.uint16), mode="fast")
     assert main(["info", str(tmp_path / "x.l3")]) == 0

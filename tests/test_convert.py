@@ -171,6 +171,7 @@ def test_shard_sizes_parse_and_bad_options_are_refused(tmp_path):
         convert("coco", tmp_path / "src", tmp_path / "dst", workers=0, progress=False)
 
 
+@pytest.mark.processes
 def test_a_pool_gets_the_shards_largest_first(tmp_path, monkeypatch):
     """A pool's workers get the shards largest first by the plan's estimate (source bytes, JPEGs
     weighted), so the last to finish are small ones; each shard still lands under its own number,

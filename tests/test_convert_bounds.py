@@ -49,6 +49,7 @@ sys.meta_path.insert(sys.meta_path.index(importlib.machinery.PathFinder) + 1, Ch
 '''
 
 
+@pytest.mark.processes
 @pytest.mark.skipif(sys.version_info < (3, 11), reason="PYTHONSAFEPATH needs Python 3.11")
 def test_l3convert_runs_from_the_checkouts_parent_directory(tmp_path):
     """A checkout named l3codec installed editable, l3convert run beside it: the pool's forkserver

@@ -42,6 +42,7 @@ def assert_matches_source(dst, expected, split="train"):
         assert np.array_equal(l3codec.decode(reader.read(i)), pixels)
 
 
+@pytest.mark.processes
 def test_process_pool_gives_the_same_bytes_as_in_process(tmp_path):
     expected = folder_tree(tmp_path / "src", per_class=4)
     convert("folder", tmp_path / "src", tmp_path / "inline", workers=0, shard_size="2kB", progress=False)
@@ -52,6 +53,7 @@ def test_process_pool_gives_the_same_bytes_as_in_process(tmp_path):
     assert_matches_source(tmp_path / "pool", expected)
 
 
+@pytest.mark.processes
 def test_dask_local_cluster(tmp_path):
     distributed = pytest.importorskip("distributed")
     expected = folder_tree(tmp_path / "src")
@@ -283,6 +285,7 @@ def _alive(processes):
     return [p.pid for p in processes if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("stop", ["ctrl-c", "sigterm"])
 def test_ctrl_c_or_sigterm_stops_a_pool_run_cleanly_and_resume_finishes_it(tmp_path, stop):
     process, dst, expected = _blocked_pool_run(tmp_path)
@@ -311,6 +314,7 @@ def test_ctrl_c_or_sigterm_stops_a_pool_run_cleanly_and_resume_finishes_it(tmp_p
     assert_matches_source(dst, expected)
 
 
+@pytest.mark.processes
 def test_a_coordinator_killed_outright_leaves_no_process_behind(tmp_path):
     """SIGKILL gives the coordinator no chance to stop anything: the pool's processes (children of
     the forkserver) watch it and exit; the forkserver and the resource tracker follow."""
@@ -330,6 +334,7 @@ def test_a_coordinator_killed_outright_leaves_no_process_behind(tmp_path):
             os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.processes
 def test_a_second_run_into_the_same_destination_is_refused_naming_the_first(tmp_path, capsys):
     process, dst, _ = _blocked_pool_run(tmp_path)
     try:
@@ -343,6 +348,7 @@ def test_a_second_run_into_the_same_destination_is_refused_naming_the_first(tmp_
         process.wait()
 
 
+@pytest.mark.processes
 def test_an_unreachable_scheduler_is_one_line_and_writes_nothing(tmp_path, monkeypatch, capsys):
     import socket
 

@@ -13,6 +13,7 @@ from l3codec.dataset import open_dataset
 from dataset_trees import cityscapes_tree
 from s3_server import S3Server
 
+pytestmark = pytest.mark.processes
 
 
 @pytest.fixture(scope="module")

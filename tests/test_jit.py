@@ -59,6 +59,7 @@ def shifted(x):
 RUN = "import json, cachepkg.main as m; print(json.dumps([m.run(1), sum(m.run.stats.cache_hits.values())]))"
 
 
+@pytest.mark.compile
 def test_cache_follows_an_edit_of_a_compiled_module_it_imports(tmp_path):
     """Numba alone keys the cache on main.py: after an edit of dep.py it would load the old code."""
     package = tmp_path / "cachepkg"

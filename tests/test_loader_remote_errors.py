@@ -12,6 +12,8 @@ from l3codec.format import L3Error
 from dataset_trees import folder_tree
 from s3_server import S3Server
 
+pytestmark = pytest.mark.processes
+
 
 def test_a_lost_s3_server_gives_one_l3error_in_the_main_process(tmp_path):
     pytest.importorskip("torch")

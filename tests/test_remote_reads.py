@@ -17,6 +17,8 @@ from l3codec.netsim import LatencyProxy, RangeServer
 from dataset_trees import folder_tree
 from s3_server import S3Server
 
+pytestmark = pytest.mark.processes
+
 SAMPLES = 24
 
 
