@@ -16,17 +16,50 @@ def test_the_analyzer_measures_every_stage_and_writes_its_predictions(tmp_path, 
     convert("folder", tmp_path / "src", tmp_path / "dst", workers=0, progress=False)
     out = tmp_path / "stalls.json"
     code = stalls.main([str(tmp_path / "dst"), "--batch-size", "2", "--workers", "1", "--batches", "2",
-                        "--crop", "16", "--step-ms", "0", "1000", "--json", str(out)])
+                        "--repeats", "2", "--crop", "16", "--step-ms", "0", "1000", "--json", str(out)])
     assert code == 0
     result = json.loads(out.read_text())
     assert set(result["rates"]) == {"fetch, cold", "fetch, warm", "loader, cold", "loader, warm"}
     assert all(rate["images"] == 4 and rate["images_per_s"] > 0 for rate in result["rates"].values())
+    for name, (slowest, fastest) in result["spread"].items():
+        assert slowest <= result["rates"][name]["images_per_s"] <= fastest
+    assert not result["remote"]
     free, slow = result["predictions"]
     assert free["stall_fraction"] == 1.0  # a step of no time always waits
     assert slow["bottleneck"].startswith("none")  # 2 images a second suffice: only the hand-over waits
     handoff = result["handoff_ms"]
     assert 0 < handoff < 1000 and slow["stall_fraction"] == pytest.approx(handoff / (1000 + handoff))
-    assert "| loader, warm |" in capsys.readouterr().out
+    printed = capsys.readouterr()
+    assert "| loader, warm |" in printed.out and "slowest-fastest" in printed.out
+    # progress while it measures: each run of each stage, as it ends
+    assert printed.err.count("l3 stalls: loader, warm (") == 2 and "fetch, cold (1/2)" in printed.err
+
+
+def test_a_small_split_is_measured_and_a_too_small_one_names_the_minimum(tmp_path, capsys):
+    folder_tree(tmp_path / "src", per_class=3)  # 6 samples: 3 batches of 2
+    convert("folder", tmp_path / "src", tmp_path / "dst", workers=0, progress=False)
+    out = tmp_path / "stalls.json"
+    assert stalls.main([str(tmp_path / "dst"), "--batch-size", "2", "--workers", "2", "--batches", "1",
+                        "--repeats", "1", "--json", str(out)]) == 0
+    assert all(rate["images"] == 2 for rate in json.loads(out.read_text())["rates"].values())
+    assert stalls.main([str(tmp_path / "dst"), "--batch-size", "4", "--repeats", "1"]) == 1
+    assert "needs at least 2 whole batches of 4 (8 samples)" in capsys.readouterr().err
+
+
+def test_the_batches_timed_fit_one_epoch_in_whole_rounds_of_the_workers():
+    assert stalls.plan_batches(12, 2, 2, batches=1) == (2, 1, 3)  # the split: 6 batches of 2
+    assert stalls.plan_batches(4, 2, 2) == (1, 1, 0)  # the minimum: one untimed, one timed
+    untimed, timed, handoffs = stalls.plan_batches(400, 4, 3)
+    assert (untimed, handoffs) == (3, stalls.HANDOFFS) and timed == 18  # whole rounds of 3, at most 20
+    with pytest.raises(stalls.L3Error, match="at least 2 whole batches"):
+        stalls.plan_batches(3, 2, 1)
+
+
+def test_storage_options_are_json_values_or_strings():
+    assert stalls.storage_options(["anon=true", "endpoint_url=http://127.0.0.1:9000", 'client_kwargs={"a": 1}']) \
+        == {"anon": True, "endpoint_url": "http://127.0.0.1:9000", "client_kwargs": {"a": 1}}
+    with pytest.raises(stalls.L3Error, match="KEY=VALUE"):
+        stalls.storage_options(["anon"])
 
 
 def _rates(fetch, loader):
