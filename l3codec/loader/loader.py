@@ -16,7 +16,7 @@ import torch
 from torch.utils.data import DataLoader
 from torch.utils.data._utils.signal_handling import _set_SIGCHLD_handler
 
-from .. import gpu, warmup
+from .. import gpu
 from .. import staging as stage
 from ..format import L3Error
 from ..geometry import Full
@@ -200,9 +200,8 @@ class Loader:
                 started["error"] = error
 
         def prepare_first():
-            try:
-                for mode, bits, channels in _decoders(self.dataset) if self.dataset.decode == "cpu" else ():
-                    warmup.exercise_once("decode", mode, bits, channels)  # a cold cache compiles each once
+            try:  # not under the workers' compile lock (warmup.exercise_once): on a warm cache it would
+                # make them wait while this process loads its decoders
                 first_batch["batch"] = source[(self.order.epoch, first, slot, batches[0])]
             except BaseException as error:
                 first_batch["error"] = error
