@@ -4,12 +4,17 @@
 
 For the user's dataset and loader settings it measures, each with the same workers:
   fetch, cold    the samples' compressed bytes read from storage (local shards evicted from the
-                 page cache first), nothing decoded: the storage's ceiling;
+                 page cache first), nothing decoded: the storage's ceiling; whole batches, read
+                 as the Loader's workers read them (DatasetReader.read_many: concurrent requests
+                 on a remote dataset);
   fetch, warm    the same bytes again from memory: the ceiling of reading alone;
   loader, cold   the whole Loader (decode, crop, resize, flip) with the shards evicted first;
   loader, warm   the whole Loader again, the shards in the page cache: the preparation's ceiling.
 With decode="gpu" and no GPU the loader rows measure the GPU path's host side (reading,
-validation, staging) with the decode stubbed, and say so.
+validation, staging) with the decode stubbed, and say so. Each stage runs --repeats times,
+interleaved, over batches of one epoch (plan_batches: at least 2 batches, the first untimed);
+the median run is used and the slowest and fastest are shown. A remote dataset has no page
+cache to evict from: it is read from storage every epoch, and its cold rate is used.
 
 A step of T ms per batch that overlaps its input (the loader prefetches) waits (P - T) / P of the
 time, with P = max(D, T + H): D is the loader's time per batch and H the main process's share
@@ -34,7 +39,7 @@ from .dataset import shard_name
 from .format import L3Error
 
 HANDOFFS = 3  # batches timed for the main process's own share of a ready batch
-MIN_BATCHES = 2  # one untimed (the workers' start), one timed
+MIN_BATCHES = 2  # one untimed (the first, prepared while the workers start), one timed
 MAX_TIMED = 20  # timed batches per run at most
 # fetching alone must be this much faster than the whole loader for storage not to be its limit
 STORAGE_MARGIN = 1.25
@@ -100,7 +105,8 @@ def _stub_decode(staged, buffer, out, status, stream):
 
 def plan_batches(samples: int, batch_size: int, workers: int, batches: int | None = None) -> tuple:
     """(untimed, timed, hand-over) batch counts for one epoch of `samples`: the untimed ones carry
-    the workers' start; the timed ones are whole rounds of the workers where the epoch allows (the
+    the workers' start (the first, the main process's own, and each worker's first, where the epoch
+    holds them); the timed ones are whole rounds of the workers where the epoch allows (the
     workers hand over a round at a time, so a part of one times the hand-over, not the rate); the
     hand-over ones time the main process's share of a ready batch. Needs 2 batches at least."""
     per_epoch = samples // batch_size
@@ -108,7 +114,8 @@ def plan_batches(samples: int, batch_size: int, workers: int, batches: int | Non
         raise L3Error(f"{samples} samples: l3 stalls needs at least {MIN_BATCHES} whole batches of {batch_size} "
                       f"({MIN_BATCHES * batch_size} samples), one untimed and one timed: lower --batch-size")
     rounds = max(workers, 1)
-    untimed = rounds if per_epoch >= rounds + 1 else 1
+    # the Loader's first batch is the main process's own, then each worker's first carries its start
+    untimed = min(rounds + 1 if workers else 1, per_epoch - 1)
     left = per_epoch - untimed
     handoffs = min(HANDOFFS, left - 1)
     timed = left - handoffs if batches is None else min(batches, left - handoffs)
@@ -171,9 +178,7 @@ def measure(root, *, split="train", fields=None, batch_size=16, workers=2, crop=
         options = {} if cuda or decode == "cpu" else {"decode_step": _stub_decode}
         loader = Loader(dataset, batch_size, crop=crop, num_workers=workers, device="cuda" if cuda else "cpu",
                         seed=0, **options)
-        # the Loader's first batch is the main process's own: then the workers hand over whole rounds
-        first_in_main = 1 if workers and warmup + 1 + timed + handoff_batches <= len(order) else 0
-        images, seconds, handoff = _timed_epoch_prefix(loader, timed, warmup + first_in_main, handoff_batches)
+        images, seconds, handoff = _timed_epoch_prefix(loader, timed, warmup, handoff_batches)
         if handoff_batches:
             handoffs.append(handoff)
         return images, seconds

@@ -47,10 +47,10 @@ def test_a_small_split_is_measured_and_a_too_small_one_names_the_minimum(tmp_pat
 
 
 def test_the_batches_timed_fit_one_epoch_in_whole_rounds_of_the_workers():
-    assert stalls.plan_batches(12, 2, 2, batches=1) == (2, 1, 3)  # the split: 6 batches of 2
+    assert stalls.plan_batches(12, 2, 2, batches=1) == (3, 1, 2)  # the split: 6 batches of 2
     assert stalls.plan_batches(4, 2, 2) == (1, 1, 0)  # the minimum: one untimed, one timed
     untimed, timed, handoffs = stalls.plan_batches(400, 4, 3)
-    assert (untimed, handoffs) == (3, stalls.HANDOFFS) and timed == 18  # whole rounds of 3, at most 20
+    assert (untimed, handoffs) == (4, stalls.HANDOFFS) and timed == 18  # whole rounds of 3, at most 20
     with pytest.raises(stalls.L3Error, match="at least 2 whole batches"):
         stalls.plan_batches(3, 2, 1)
 
