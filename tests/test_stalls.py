@@ -82,3 +82,33 @@ def test_the_prediction_is_the_overlapped_wait_and_names_the_slower_stage():
 def test_a_ready_batch_still_costs_its_hand_over():
     step_bound = stalls.predict(_rates(fetch=100, loader=100), 4, 100.0, True, handoff_ms=10.0)
     assert step_bound.stall_fraction == pytest.approx(10 / 110)
+
+
+def test_a_remote_dataset_is_fetched_in_whole_batches_with_the_storage_options_given(tmp_path, capsys, monkeypatch):
+    from s3_server import S3Server
+
+    from l3codec.dataset import DatasetReader
+
+    folder_tree(tmp_path / "src", per_class=4)
+    convert("folder", tmp_path / "src", tmp_path / "dst", workers=0, progress=False)
+    requests = []
+    read_many = DatasetReader.read_many
+
+    def counted(self, wanted):
+        requests.append(len(wanted))
+        return read_many(self, wanted)
+
+    with S3Server() as s3:
+        s3.upload(tmp_path / "dst", "l3-stalls/folder")
+        options = s3.options()
+        monkeypatch.setattr(DatasetReader, "read_many", counted)  # workers=0: the reads happen here
+        out = tmp_path / "stalls.json"
+        code = stalls.main(["s3://l3-stalls/folder", "--batch-size", "2", "--workers", "0", "--repeats", "1",
+                            "--storage-option", f"key={options['key']}", "--storage-option",
+                            f"secret={options['secret']}", "--storage-option",
+                            f"client_kwargs={json.dumps(options['client_kwargs'])}", "--json", str(out)])
+    assert code == 0, capsys.readouterr().err
+    result = json.loads(out.read_text())
+    assert result["remote"] and not result["fits_in_memory"]
+    assert "remote: every epoch reads from storage" in capsys.readouterr().out
+    assert requests and set(requests) == {2}  # a whole batch of 2 samples (one field) per request
