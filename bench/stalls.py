@@ -1,8 +1,9 @@
 """The stall analyzer's prediction against a measured run: l3codec.stalls, then bench/pipeline.py's
-training loop (a fixed-time step fed by the same Loader, the rest of one epoch after 2 untimed
-batches) for the same step times, --runs times each (median and range).
+training loop (a fixed-time step fed by the same Loader, the rest of one epoch after the batches
+that carry the workers' start: the main process's first and each worker's first, as the analyzer
+leaves them untimed) for the same step times, --runs times each (median and range).
 
-    python bench/stalls.py ../shared/corpus/hires2048 --repeat 10 --step-ms 20 50 100 --out bench/results
+    python bench/stalls.py ../shared/corpus/hires2048 --repeat 20 --step-ms 20 50 100 --out bench/results
 
 Writes stalls.md and stalls.json to --out, with the load average before and after.
 """
@@ -59,7 +60,9 @@ def main(argv=None):
             for _ in range(args.runs):
                 loader = Loader(L3Dataset(converted, fields=("image",), decode="cpu"), args.batch_size,
                                 device="cpu", num_workers=args.workers)
-                runs.append(measure("L3 CPU decode", loader, args.batch_size, step_ms / 1e3, 2, len(loader) - 2, 0))
+                untimed = args.workers + 1  # as the analyzer: the main process's first batch, each worker's first
+                runs.append(measure("L3 CPU decode", loader, args.batch_size, step_ms / 1e3, untimed,
+                                    len(loader) - untimed, 0))
                 del loader
             waits = [run["stall_fraction"] for run in runs]
             rows.append({"step_ms": step_ms, "predicted": predicted.stall_fraction,
