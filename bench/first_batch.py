@@ -159,7 +159,7 @@ COLUMNS = ("imports", "open", "loader", "first", "three")
 def run_script(path: Path, data: Path, workers: int, batch_size: int, crop: int) -> dict:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     done = subprocess.run([sys.executable, str(path), str(data), str(workers), str(batch_size), str(crop)],
-                          env=env, capture_output=True, text=True, timeout=600, cwd=path.parent)
+                          env=env, capture_output=True, text=True, timeout=600, cwd=path.parent, check=False)
     if done.returncode:
         raise SystemExit(f"{path.name} failed:\n{done.stderr}")
     return json.loads(done.stdout.strip().splitlines()[-1])

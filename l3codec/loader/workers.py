@@ -126,8 +126,9 @@ def _worker_context() -> str:
 
 # what every worker imports: preloaded once by the forkserver, whose children then start in about
 # 50 ms; without them each worker imported torch itself, about 2 s on 2 busy cores. Importing these
-# starts no thread, so the forkserver stays single-threaded.
-WORKER_MODULES = ("__main__", "torch", "torch.utils.data", "numba", "l3codec.loader", "l3codec.cpu", "l3codec.warmup")
+# starts none of torch's or Numba's thread pools (only numpy's OpenBLAS pool, which forks safely).
+WORKER_MODULES = ("__main__", "torch", "torch.utils.data", "numba", "l3codec.loader", "l3codec.cpu",
+                  "l3codec.warmup")
 
 
 def _start_forkserver(context) -> None:
