@@ -95,6 +95,15 @@ def test_workers_stopped_by_a_failure_start_again_with_the_first_batch_here(conv
     assert prepared_here == [(0, 0)]
 
 
+@pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods(), reason="no fork")
+def test_workers_forked_from_this_process_prepare_every_batch(converted, prepared_here):
+    """A fork while a thread of this process prepared a batch could copy a lock that thread holds."""
+    expected = _epochs(_loader(converted, "cpu", 0), (0,))
+    prepared_here.clear()
+    _assert_same(_epochs(_loader(converted, "cpu", 2, multiprocessing_context="fork"), (0,)), expected)
+    assert prepared_here == []
+
+
 @pytest.mark.skipif("forkserver" not in multiprocessing.get_all_start_methods(), reason="no forkserver")
 def test_the_forkserver_preloads_the_workers_modules_and_runs_no_thread(converted):
     from multiprocessing import forkserver

@@ -27,7 +27,7 @@ from .device import _Device, _to_device
 from .finish import Finish, replace_bad_samples
 from .workers import (
     WORKER_TIMEOUT_S, WorkerStalled, _BatchSource, _batch_dict, _decoders, _identity, _poll_interval,
-    _start_forkserver, _stop_workers, _watched, _worker_context, _worker_init,
+    _start_forkserver, _start_method, _stop_workers, _watched, _worker_context, _worker_init,
 )
 
 
@@ -185,10 +185,13 @@ class Loader:
         """(number, slot, batch or staged batch) of this epoch, in order. While the workers start
         (the first epoch, or after they were stopped), the main process prepares the first batch
         itself, as a worker would, and the workers take the rest: a worker's start waits for the
-        forkserver's imports (about 1 s), the first batch need not."""
+        forkserver's imports (about 1 s), the first batch need not. Not with workers forked from
+        this process."""
         starting = self.num_workers and batches and (self._batches_loader is None or
                                                      self._batches_loader._iterator is None)
-        if not starting:
+        # a fork while this process's threads prepare a batch could copy a lock one of them holds
+        forked = _start_method(self.multiprocessing_context or _worker_context()) == "fork"
+        if not starting or forked:
             yield from self._data_loader(first, batches, slots, wait_slot)
             return
         started, first_batch = {}, {}
