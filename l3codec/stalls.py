@@ -12,7 +12,7 @@ For the user's dataset and loader settings it measures, each with the same worke
   loader, warm   the whole Loader again, the shards in the page cache: the preparation's ceiling.
 With decode="gpu" and no GPU the loader rows measure the GPU path's host side (reading,
 validation, staging) with the decode stubbed, and say so. Each stage runs --repeats times,
-interleaved, over batches of one epoch (plan_batches: at least 2 batches, the first untimed);
+interleaved, over as many epochs as plan_batches asks (a split of one whole batch will do);
 the median run is used and the slowest and fastest are shown. A remote dataset has no page
 cache to evict from: it is read from storage every epoch, and its cold rate is used.
 
@@ -27,6 +27,7 @@ than the whole loader, otherwise the preparation (CPU decode, or the GPU path's 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import sys
@@ -39,7 +40,6 @@ from .dataset import shard_name
 from .format import L3Error
 
 HANDOFFS = 3  # batches timed for the main process's own share of a ready batch
-MIN_BATCHES = 2  # one untimed (the first, prepared while the workers start), one timed
 MAX_TIMED = 20  # timed batches per run at most
 # fetching alone must be this much faster than the whole loader for storage not to be its limit
 STORAGE_MARGIN = 1.25
@@ -104,25 +104,27 @@ def _stub_decode(staged, buffer, out, status, stream):
 
 
 def plan_batches(samples: int, batch_size: int, workers: int, batches: int | None = None) -> tuple:
-    """(untimed, timed, hand-over) batch counts for one epoch of `samples`: the untimed ones carry
-    the workers' start (the first, the main process's own, and each worker's first, where the epoch
-    holds them); the timed ones are whole rounds of the workers where the epoch allows (the
-    workers hand over a round at a time, so a part of one times the hand-over, not the rate); the
-    hand-over ones time the main process's share of a ready batch. Needs 2 batches at least."""
-    per_epoch = samples // batch_size
-    if per_epoch < MIN_BATCHES:
-        raise L3Error(f"{samples} samples: l3 stalls needs at least {MIN_BATCHES} whole batches of {batch_size} "
-                      f"({MIN_BATCHES * batch_size} samples), one untimed and one timed: lower --batch-size")
+    """(untimed, timed, hand-over) batch counts, read over as many epochs as they take (a small
+    split is read several times, its epochs' boundaries included, as training reads it): the
+    untimed ones carry the workers' start (the Loader's first, the main process's own, and each
+    worker's first); the timed ones are whole rounds of the workers (they hand over a round at a
+    time, so a part of one would time the hand-over, not the rate); the hand-over ones time the
+    main process's share of a ready batch. Needs one whole batch."""
+    if samples < batch_size or batch_size < 1:
+        raise L3Error(f"{samples} samples: l3 stalls needs one whole batch of {batch_size} at least: "
+                      "lower --batch-size")
     rounds = max(workers, 1)
-    # the Loader's first batch is the main process's own, then each worker's first carries its start
-    untimed = min(rounds + 1 if workers else 1, per_epoch - 1)
-    left = per_epoch - untimed
-    handoffs = min(HANDOFFS, left - 1)
-    timed = left - handoffs if batches is None else min(batches, left - handoffs)
-    timed = min(timed, MAX_TIMED)
-    if timed >= rounds:
-        timed -= timed % rounds
-    return untimed, max(timed, 1), max(handoffs, 0)
+    timed = MAX_TIMED if batches is None else batches
+    timed = max(timed - timed % rounds, rounds)
+    return (rounds + 1 if workers else 1), timed, HANDOFFS
+
+
+def _epochs(loader, set_epoch=None):
+    """The loader's batches, epoch after epoch, for ever."""
+    for epoch in itertools.count():
+        if set_epoch is not None:
+            set_epoch(epoch)
+        yield from loader
 
 
 def _timed_epoch_prefix(batches, count: int, warmup: int, handoffs: int = 0) -> tuple:
@@ -171,20 +173,22 @@ def measure(root, *, split="train", fields=None, batch_size=16, workers=2, crop=
 
     def fetch():
         loader = DataLoader(_FetchOnly(reader, dataset.fields), sampler=order.batches(), batch_size=None,
-                            num_workers=workers, multiprocessing_context="forkserver" if workers else None)
-        return _timed_epoch_prefix(loader, timed, warmup)[:2]
+                            num_workers=workers, multiprocessing_context="forkserver" if workers else None,
+                            persistent_workers=workers > 0)
+        return _timed_epoch_prefix(_epochs(loader), timed, warmup)[:2]
 
     def load():
         options = {} if cuda or decode == "cpu" else {"decode_step": _stub_decode}
         loader = Loader(dataset, batch_size, crop=crop, num_workers=workers, device="cuda" if cuda else "cpu",
                         seed=0, **options)
-        images, seconds, handoff = _timed_epoch_prefix(loader, timed, warmup, handoff_batches)
+        images, seconds, handoff = _timed_epoch_prefix(_epochs(loader, loader.set_epoch), timed, warmup,
+                                                       handoff_batches)
         if handoff_batches:
             handoffs.append(handoff)
         return images, seconds
 
-    say(f"{len(reader)} samples; per stage {warmup} untimed and {timed} timed batches of {batch_size}, "
-        f"{repeats} times")
+    say(f"{len(reader)} samples ({len(order)} batches an epoch); per stage {warmup} untimed and {timed} timed "
+        f"batches of {batch_size}, {repeats} times")
     runs, handoffs = {}, []
     for repeat in range(repeats):
         for stage, run in (("fetch", fetch), ("loader", load)):
@@ -291,8 +295,8 @@ def main(argv=None) -> int:
     parser.add_argument("--decode", choices=("cpu", "gpu"), default="cpu")
     parser.add_argument("--crop", type=int, help="RandomResizedCrop(N, flip=0.5); --center for CenterCrop(N)")
     parser.add_argument("--center", action="store_true")
-    parser.add_argument("--batches", type=int, help=f"batches timed per stage (default: what one epoch holds "
-                        f"after the untimed ones, up to {MAX_TIMED}); the split needs {MIN_BATCHES} batches at least")
+    parser.add_argument("--batches", type=int, help=f"batches timed per stage, whole rounds of the workers "
+                        f"(default {MAX_TIMED}), over several epochs of a small split; it needs one whole batch")
     parser.add_argument("--repeats", type=int, default=3, help="times each stage is measured (median and spread)")
     parser.add_argument("--storage-option", action="append", metavar="KEY=VALUE",
                         help="an fsspec storage option for a remote dataset (repeatable; VALUE as JSON or a string), "

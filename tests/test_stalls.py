@@ -36,23 +36,22 @@ def test_the_analyzer_measures_every_stage_and_writes_its_predictions(tmp_path, 
 
 
 def test_a_small_split_is_measured_and_a_too_small_one_names_the_minimum(tmp_path, capsys):
-    folder_tree(tmp_path / "src", per_class=3)  # 6 samples: 3 batches of 2
+    folder_tree(tmp_path / "src", per_class=3)  # 6 samples: 3 batches of 2, read over several epochs
     convert("folder", tmp_path / "src", tmp_path / "dst", workers=0, progress=False)
     out = tmp_path / "stalls.json"
-    assert stalls.main([str(tmp_path / "dst"), "--batch-size", "2", "--workers", "2", "--batches", "1",
+    assert stalls.main([str(tmp_path / "dst"), "--batch-size", "2", "--workers", "2", "--batches", "6",
                         "--repeats", "1", "--json", str(out)]) == 0
-    assert all(rate["images"] == 2 for rate in json.loads(out.read_text())["rates"].values())
-    assert stalls.main([str(tmp_path / "dst"), "--batch-size", "4", "--repeats", "1"]) == 1
-    assert "needs at least 2 whole batches of 4 (8 samples)" in capsys.readouterr().err
+    assert all(rate["images"] == 12 for rate in json.loads(out.read_text())["rates"].values())
+    assert stalls.main([str(tmp_path / "dst"), "--batch-size", "8", "--repeats", "1"]) == 1
+    assert "needs one whole batch of 8 at least" in capsys.readouterr().err
 
 
-def test_the_batches_timed_fit_one_epoch_in_whole_rounds_of_the_workers():
-    assert stalls.plan_batches(12, 2, 2, batches=1) == (3, 1, 2)  # the split: 6 batches of 2
-    assert stalls.plan_batches(4, 2, 2) == (1, 1, 0)  # the minimum: one untimed, one timed
-    untimed, timed, handoffs = stalls.plan_batches(400, 4, 3)
-    assert (untimed, handoffs) == (4, stalls.HANDOFFS) and timed == 18  # whole rounds of 3, at most 20
-    with pytest.raises(stalls.L3Error, match="at least 2 whole batches"):
-        stalls.plan_batches(3, 2, 1)
+def test_the_batches_timed_are_whole_rounds_of_the_workers_after_their_start():
+    assert stalls.plan_batches(12, 2, 2, batches=1) == (3, 2, stalls.HANDOFFS)  # the split of 12
+    assert stalls.plan_batches(2, 2, 0) == (1, stalls.MAX_TIMED, stalls.HANDOFFS)  # one batch, read 24 times
+    assert stalls.plan_batches(400, 4, 3) == (4, 18, stalls.HANDOFFS)  # whole rounds of 3, at most 20
+    with pytest.raises(stalls.L3Error, match="one whole batch of 2"):
+        stalls.plan_batches(1, 2, 1)
 
 
 def test_storage_options_are_json_values_or_strings():
