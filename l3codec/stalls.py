@@ -4,12 +4,17 @@
 
 For the user's dataset and loader settings it measures, each with the same workers:
   fetch, cold    the samples' compressed bytes read from storage (local shards evicted from the
-                 page cache first), nothing decoded: the storage's ceiling;
+                 page cache first), nothing decoded: the storage's ceiling; whole batches, read
+                 as the Loader's workers read them (DatasetReader.read_many: concurrent requests
+                 on a remote dataset);
   fetch, warm    the same bytes again from memory: the ceiling of reading alone;
   loader, cold   the whole Loader (decode, crop, resize, flip) with the shards evicted first;
   loader, warm   the whole Loader again, the shards in the page cache: the preparation's ceiling.
 With decode="gpu" and no GPU the loader rows measure the GPU path's host side (reading,
-validation, staging) with the decode stubbed, and say so.
+validation, staging) with the decode stubbed, and say so. Each stage runs --repeats times,
+interleaved, over as many epochs as plan_batches asks (a split of one whole batch will do);
+the median run is used and the slowest and fastest are shown. A remote dataset has no page
+cache to evict from: it is read from storage every epoch, and its cold rate is used.
 
 A step of T ms per batch that overlaps its input (the loader prefetches) waits (P - T) / P of the
 time, with P = max(D, T + H): D is the loader's time per batch and H the main process's share
@@ -22,6 +27,7 @@ than the whole loader, otherwise the preparation (CPU decode, or the GPU path's 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import sys
@@ -34,6 +40,7 @@ from .dataset import shard_name
 from .format import L3Error
 
 HANDOFFS = 3  # batches timed for the main process's own share of a ready batch
+MAX_TIMED = 20  # timed batches per run at most
 # fetching alone must be this much faster than the whole loader for storage not to be its limit
 STORAGE_MARGIN = 1.25
 
@@ -72,8 +79,9 @@ def evict_from_page_cache(paths) -> int:
 
 
 class _FetchOnly:
-    """A map-style dataset whose items are the bytes of a sample's fields, copied out of the shard
-    (a memory-mapped view alone would read nothing)."""
+    """A map-style dataset whose items are whole batches (lists of sample indices), read as the
+    Loader's workers read them: reader.read_many (concurrent on a remote dataset), each member's
+    bytes copied out (a memory-mapped view alone would read nothing); nothing decoded."""
 
     def __init__(self, reader, fields):
         self.reader, self.fields = reader, fields
@@ -81,12 +89,42 @@ class _FetchOnly:
     def __len__(self):
         return len(self.reader)
 
-    def __getitem__(self, index):
-        return sum(len(self.reader.read(index, field).tobytes()) for field in self.fields)
+    def __getitem__(self, indices):
+        requests = [(int(i), field) for i in indices for field in self.fields]
+        total = 0
+        for data in self.reader.read_many(requests):
+            if isinstance(data, BaseException):
+                raise data
+            total += len(np.asarray(data).tobytes())
+        return list(indices)
 
 
 def _stub_decode(staged, buffer, out, status, stream):
     """No decode: the GPU path's host side alone."""
+
+
+def plan_batches(samples: int, batch_size: int, workers: int, batches: int | None = None) -> tuple:
+    """(untimed, timed, hand-over) batch counts, read over as many epochs as they take (a small
+    split is read several times, its epochs' boundaries included, as training reads it): the
+    untimed ones carry the workers' start (the Loader's first, the main process's own, and each
+    worker's first); the timed ones are whole rounds of the workers (they hand over a round at a
+    time, so a part of one would time the hand-over, not the rate); the hand-over ones time the
+    main process's share of a ready batch. Needs one whole batch."""
+    if samples < batch_size or batch_size < 1:
+        raise L3Error(f"{samples} samples: l3 stalls needs one whole batch of {batch_size} at least: "
+                      "lower --batch-size")
+    rounds = max(workers, 1)
+    timed = MAX_TIMED if batches is None else batches
+    timed = max(timed - timed % rounds, rounds)
+    return (rounds + 1 if workers else 1), timed, HANDOFFS
+
+
+def _epochs(loader, set_epoch=None):
+    """The loader's batches, epoch after epoch, for ever."""
+    for epoch in itertools.count():
+        if set_epoch is not None:
+            set_epoch(epoch)
+        yield from loader
 
 
 def _timed_epoch_prefix(batches, count: int, warmup: int, handoffs: int = 0) -> tuple:
@@ -109,54 +147,67 @@ def _timed_epoch_prefix(batches, count: int, warmup: int, handoffs: int = 0) -> 
     return images, seconds, (sum(waits) / len(waits) if waits else 0.0)
 
 
+def _say(message: str) -> None:
+    print(f"l3 stalls: {message}", file=sys.stderr, flush=True)
+
+
 def measure(root, *, split="train", fields=None, batch_size=16, workers=2, crop=None, decode="cpu",
-            batches=None, warmup=2, storage_options=None) -> dict:
-    """The four rates (fetch and loader, cold and warm) for these loader settings, each over
-    `batches` batches of one epoch (None: as many as the split holds, up to 20)."""
+            batches=None, repeats=3, storage_options=None, progress=_say) -> dict:
+    """The four rates (fetch and loader, cold and warm) for these loader settings, each measured
+    `repeats` times (interleaved) over the timed batches of plan_batches; result["rates"] holds
+    each stage's median run, result["spread"] its slowest and fastest images/s."""
     import torch
     from torch.utils.data import DataLoader
 
     from .loader import L3Dataset, Loader
+    from .order import EpochOrder
 
+    say = progress or (lambda message: None)
     dataset = L3Dataset(root, split=split, fields=fields, decode=decode, storage_options=storage_options)
     reader = dataset.reader
-    if batches is None:  # as many as one epoch holds, up to 20
-        batches = min(20, len(reader) // batch_size - warmup - HANDOFFS)
-    needed = (max(batches, 1) + warmup + HANDOFFS) * batch_size
-    if len(reader) < needed:
-        raise L3Error(f"{len(reader)} samples in split {split!r}; {needed} are needed for {max(batches, 1)} "
-                      f"timed batches of {batch_size} (and {warmup + HANDOFFS} more): lower --batches or "
-                      "--batch-size")
+    warmup, timed, handoff_batches = plan_batches(len(reader), batch_size, workers, batches)
     shards = [] if reader.remote else [os.path.join(reader.root, reader.split, shard_name(int(s)))
                                        for s in np.unique(reader.index["shard"])]
     cuda = decode == "gpu" and torch.cuda.is_available()
+    order = EpochOrder(len(reader), batch_size=batch_size, seed=0)
 
     def fetch():
-        loader = DataLoader(_FetchOnly(reader, dataset.fields), batch_size=batch_size, num_workers=workers,
-                            shuffle=True, collate_fn=list, multiprocessing_context="forkserver" if workers else None,
-                            generator=torch.Generator().manual_seed(0))
-        return _timed_epoch_prefix(loader, batches, warmup)[:2]
+        loader = DataLoader(_FetchOnly(reader, dataset.fields), sampler=order.batches(), batch_size=None,
+                            num_workers=workers, multiprocessing_context="forkserver" if workers else None,
+                            persistent_workers=workers > 0)
+        return _timed_epoch_prefix(_epochs(loader), timed, warmup)[:2]
 
     def load():
         options = {} if cuda or decode == "cpu" else {"decode_step": _stub_decode}
         loader = Loader(dataset, batch_size, crop=crop, num_workers=workers, device="cuda" if cuda else "cpu",
-                        **options)
-        images, seconds, handoff = _timed_epoch_prefix(loader, batches, warmup, HANDOFFS)
-        handoffs.append(handoff)
+                        seed=0, **options)
+        images, seconds, handoff = _timed_epoch_prefix(_epochs(loader, loader.set_epoch), timed, warmup,
+                                                       handoff_batches)
+        if handoff_batches:
+            handoffs.append(handoff)
         return images, seconds
 
-    rates, handoffs = {}, []
-    for stage, run in (("fetch", fetch), ("loader", load)):
-        for temperature in ("cold", "warm"):
-            if temperature == "cold":
-                evict_from_page_cache(shards)
-            images, seconds = run()
-            rates[f"{stage}, {temperature}"] = Rate(f"{stage}, {temperature}", images, seconds)
+    say(f"{len(reader)} samples ({len(order)} batches an epoch); per stage {warmup} untimed and {timed} timed "
+        f"batches of {batch_size}, {repeats} times")
+    runs, handoffs = {}, []
+    for repeat in range(repeats):
+        for stage, run in (("fetch", fetch), ("loader", load)):
+            for temperature in ("cold", "warm"):
+                if temperature == "cold":
+                    evict_from_page_cache(shards)
+                images, seconds = run()
+                name = f"{stage}, {temperature}"
+                runs.setdefault(name, []).append(Rate(name, images, seconds))
+                say(f"{name} ({repeat + 1}/{repeats}): {runs[name][-1].images_per_s:.1f} images/s")
+    rates = {name: sorted(found, key=lambda rate: rate.images_per_s)[len(found) // 2] for name, found in runs.items()}
+    spread = {name: (min(r.images_per_s for r in found), max(r.images_per_s for r in found))
+              for name, found in runs.items()}
     sizes = sum(int(reader.index[f"{field}_size"].sum()) for field in dataset.fields)
     return {
-        "rates": rates, "dataset_bytes": sizes, "images": len(reader), "batch_size": batch_size,
-        "workers": workers, "decode": decode, "gpu": cuda, "remote": reader.remote,
-        "crop": repr(crop), "fits_in_memory": sizes <= _page_cache_bytes(), "handoff_ms": 1e3 * min(handoffs),
+        "rates": rates, "spread": spread, "repeats": repeats, "dataset_bytes": sizes, "images": len(reader),
+        "batch_size": batch_size, "timed_batches": timed, "workers": workers, "decode": decode, "gpu": cuda,
+        "remote": reader.remote, "crop": repr(crop), "fits_in_memory": not reader.remote and sizes <= _page_cache_bytes(),
+        "handoff_ms": 1e3 * min(handoffs) if handoffs else 0.0,
     }
 
 
@@ -197,22 +248,40 @@ def predict(rates: dict, batch_size: int, step_ms: float, fits_in_memory: bool, 
 
 
 def report(result: dict, predictions: list) -> str:
+    where = ("remote: every epoch reads from storage, nothing to evict, so cold and warm read alike"
+             if result["remote"] else
+             f"{'fits' if result['fits_in_memory'] else 'does not fit'} in available memory")
     lines = [
-        f"{result['images']} samples, {result['dataset_bytes'] / 1e6:.1f} MB compressed "
-        f"({'fits' if result['fits_in_memory'] else 'does not fit'} in available memory); batch "
+        f"{result['images']} samples, {result['dataset_bytes'] / 1e6:.1f} MB compressed ({where}); batch "
         f"{result['batch_size']}, {result['workers']} workers, decode={result['decode']}"
         + ("" if result["gpu"] or result["decode"] == "cpu" else " (no GPU: decode stubbed, host side only)"),
         "",
-        "| stage | images/s |",
-        "|---|---|",
+        f"| stage | images/s (median of {result['repeats']}) | slowest-fastest |",
+        "|---|---|---|",
     ]
-    lines += [f"| {rate.stage} | {rate.images_per_s:.1f} |" for rate in result["rates"].values()]
+    lines += [f"| {rate.stage} | {rate.images_per_s:.1f} | {result['spread'][name][0]:.1f}-"
+              f"{result['spread'][name][1]:.1f} |" for name, rate in result["rates"].items()]
     lines += ["", f"A ready batch takes {result['handoff_ms']:.1f} ms to reach the training loop."]
     if predictions:
         lines += ["", "| step ms | data ms/batch | predicted wait | bottleneck |", "|---|---|---|---|"]
         lines += [f"| {p.step_ms:g} | {p.data_ms_per_batch:.1f} | {p.stall_fraction:.0%} | {p.bottleneck} |"
                   for p in predictions]
     return "\n".join(lines)
+
+
+def storage_options(pairs) -> dict:
+    """--storage-option KEY=VALUE pairs as fsspec's storage_options: a VALUE that parses as JSON
+    (true, 3, {"endpoint_url": "..."}) is that value, any other is the string."""
+    options = {}
+    for pair in pairs or ():
+        key, equals, value = pair.partition("=")
+        if not equals or not key:
+            raise L3Error(f"--storage-option takes KEY=VALUE, not {pair!r}")
+        try:
+            options[key] = json.loads(value)
+        except ValueError:
+            options[key] = value
+    return options
 
 
 def main(argv=None) -> int:
@@ -226,8 +295,12 @@ def main(argv=None) -> int:
     parser.add_argument("--decode", choices=("cpu", "gpu"), default="cpu")
     parser.add_argument("--crop", type=int, help="RandomResizedCrop(N, flip=0.5); --center for CenterCrop(N)")
     parser.add_argument("--center", action="store_true")
-    parser.add_argument("--batches", type=int, help="batches timed per stage (default: as many as one epoch "
-                        "holds, up to 20)")
+    parser.add_argument("--batches", type=int, help=f"batches timed per stage, whole rounds of the workers "
+                        f"(default {MAX_TIMED}), over several epochs of a small split; it needs one whole batch")
+    parser.add_argument("--repeats", type=int, default=3, help="times each stage is measured (median and spread)")
+    parser.add_argument("--storage-option", action="append", metavar="KEY=VALUE",
+                        help="an fsspec storage option for a remote dataset (repeatable; VALUE as JSON or a string), "
+                        'e.g. anon=true or client_kwargs=\'{"endpoint_url": "http://..."}\'')
     parser.add_argument("--step-ms", type=float, nargs="*", default=[], help="model step times to predict for")
     parser.add_argument("--json", help="write the measurements and predictions here")
     args = parser.parse_args(argv)
@@ -235,8 +308,11 @@ def main(argv=None) -> int:
     if args.crop:
         crop = CenterCrop(args.crop) if args.center else RandomResizedCrop(args.crop, flip=0.5)
     try:
+        if args.repeats < 1 or (args.batches is not None and args.batches < 1):
+            raise L3Error("--repeats and --batches must be at least 1")
         result = measure(args.dataset, split=args.split, batch_size=args.batch_size, workers=args.workers,
-                         crop=crop, decode=args.decode, batches=args.batches)
+                         crop=crop, decode=args.decode, batches=args.batches, repeats=args.repeats,
+                         storage_options=storage_options(args.storage_option))
     except (L3Error, OSError) as error:
         print(f"l3 stalls: {error}", file=sys.stderr)
         return 1

@@ -7,12 +7,14 @@ import collections
 import functools
 import multiprocessing
 import os
+import threading
 import warnings
 import weakref
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader
+from torch.utils.data._utils.signal_handling import _set_SIGCHLD_handler
 
 from .. import gpu
 from .. import staging as stage
@@ -24,8 +26,8 @@ from .decode_steps import gpu_decode_step
 from .device import _Device, _to_device
 from .finish import Finish, replace_bad_samples
 from .workers import (
-    WORKER_TIMEOUT_S, _BatchSource, _batch_dict, _decoders, _identity, _poll_interval, _stop_workers, _watched,
-    _worker_context, _worker_init,
+    WORKER_TIMEOUT_S, WorkerStalled, _BatchSource, _batch_dict, _decoders, _identity, _poll_interval,
+    _start_forkserver, _start_method, _stop_workers, _watched, _worker_context, _worker_init,
 )
 
 
@@ -102,6 +104,8 @@ class Loader:
         self.decode_step, self.on_error, self.transform = decode_step, on_error, transform
         self.num_workers, self.prefetch_factor, self.prefetch = num_workers, prefetch_factor, max(1, prefetch)
         self.multiprocessing_context, self.timeout = multiprocessing_context, timeout
+        if num_workers:
+            _start_forkserver(multiprocessing_context or _worker_context())
         self.finish = Finish(normalize, channels_last)
         self._device = _Device(self.device)
         self._ring = None  # staging slots, made on first use
@@ -177,8 +181,62 @@ class Loader:
         self._requests.start(self.order.epoch, batches, first)
         return _watched(self._batches_loader, self.timeout)
 
+    def _prepared_batches(self, first, batches, slots=0, wait_slot=None):
+        """(number, slot, batch or staged batch) of this epoch, in order. While the workers start
+        (the first epoch, or after they were stopped), the main process prepares the first batch
+        itself, as a worker would, and the workers take the rest: a worker's start waits for the
+        forkserver's imports (about 1 s), the first batch need not. Not with workers forked from
+        this process."""
+        starting = self.num_workers and batches and (self._batches_loader is None or
+                                                     self._batches_loader._iterator is None)
+        # a fork while this process's threads prepare a batch could copy a lock one of them holds
+        forked = _start_method(self.multiprocessing_context or _worker_context()) == "fork"
+        if not starting or forked:
+            yield from self._data_loader(first, batches, slots, wait_slot)
+            return
+        started, first_batch = {}, {}
+
+        def start_workers():
+            try:
+                started["batches"] = self._data_loader(first + 1, batches[1:], slots, wait_slot)
+            except BaseException as error:  # re-raised in the main thread
+                started["error"] = error
+
+        def prepare_first():
+            try:  # not under the workers' compile lock (warmup.exercise_once): on a warm cache it would
+                # make them wait while this process loads its decoders
+                first_batch["batch"] = source[(self.order.epoch, first, slot, batches[0])]
+            except BaseException as error:
+                first_batch["error"] = error
+
+        source = _BatchSource(self.dataset, self.geometry, self.order.seed, self.on_error == "skip", self.finish,
+                              self._ring)
+        slot = first % slots if slots else 0
+        if wait_slot is not None:
+            wait_slot(slot)
+        _set_SIGCHLD_handler()  # what the DataLoader does in the main thread only
+        starter = threading.Thread(target=start_workers, name="l3codec-start-workers", daemon=True)
+        starter.start()
+        # in a thread of its own, so that a source that never answers raises as a stuck worker does
+        preparer = threading.Thread(target=prepare_first, name="l3codec-first-batch", daemon=True)
+        preparer.start()
+        preparer.join(self.timeout or None)
+        if preparer.is_alive():
+            raise WorkerStalled(f"the first batch, prepared in the main process while the {self.num_workers} "
+                                f"workers start, did not come in {self.timeout:g} s: a source that never answers "
+                                "(a FIFO, a stalled remote read) stalls the loader")
+        try:
+            if "error" in first_batch:
+                raise first_batch["error"]
+            yield first_batch["batch"]
+        finally:  # also when the iteration is dropped here: the starter holds this loader until it ends
+            starter.join()
+        if "error" in started:
+            raise started["error"]
+        yield from started["batches"]
+
     def _cpu_batches(self, first, batches):
-        for _, _, batch in self._data_loader(first, batches):
+        for _, _, batch in self._prepared_batches(first, batches):
             if self._device.cuda:
                 batch = {name: _to_device(value, self.device) for name, value in batch.items()}
             yield self._hand_out(batch)
@@ -186,7 +244,7 @@ class Loader:
     def _gpu_batches(self, first, batches):
         slots = self._staging_ring()
         inflight = collections.deque()
-        for number, slot, staged in self._data_loader(first, batches, slots, self._wait_slot):
+        for number, slot, staged in self._prepared_batches(first, batches, slots, self._wait_slot):
             inflight.append(self._launch(slot, staged))
             if len(inflight) > self.prefetch:
                 yield self._hand_out(self._finish_launch(*inflight.popleft()))
