@@ -228,6 +228,8 @@ class Loader:
         try:
             if "error" in first_batch:
                 raise first_batch["error"]
+            if isinstance(first_batch["batch"], L3Error):  # returned by the source, raised as a worker's is:
+                raise first_batch["batch"] from None  # one line, without the chain that crossing a process drops
             yield first_batch["batch"]
         finally:  # also when the iteration is dropped here: the starter holds this loader until it ends
             starter.join()
