@@ -395,6 +395,7 @@ def _free_port():
         return sock.getsockname()[1]
 
 
+@pytest.mark.processes
 def test_reads_a_dataset_from_an_s3_server(cityscapes):
     """The converted dataset uploaded to a real S3-compatible server (moto, on 127.0.0.1) and read
     through fsspec/s3fs byte ranges, with two workers."""

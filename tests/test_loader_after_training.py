@@ -18,6 +18,8 @@ from dataset_trees import cityscapes_tree
 
 from l3codec.converters import convert
 
+pytestmark = pytest.mark.processes
+
 pytest.importorskip("torch")
 
 WATCHDOG_S = 300  # the whole child: conversion, first-use loads, 8 loaders with 2 workers each

@@ -17,6 +17,8 @@ from l3codec.converters import convert  # noqa: E402
 
 from dataset_trees import folder_tree  # noqa: E402
 
+pytestmark = pytest.mark.processes
+
 TRAINER = textwrap.dedent("""
     import sys, time
     from l3codec.loader import L3Dataset, Loader

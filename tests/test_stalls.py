@@ -11,6 +11,7 @@ pytest.importorskip("torch")
 from l3codec import stalls  # noqa: E402
 
 
+@pytest.mark.processes
 def test_the_analyzer_measures_every_stage_and_writes_its_predictions(tmp_path, capsys):
     folder_tree(tmp_path / "src", per_class=7)
     convert("folder", tmp_path / "src", tmp_path / "dst", workers=0, progress=False)
@@ -83,6 +84,7 @@ def test_a_ready_batch_still_costs_its_hand_over():
     assert step_bound.stall_fraction == pytest.approx(10 / 110)
 
 
+@pytest.mark.processes
 def test_a_remote_dataset_is_fetched_in_whole_batches_with_the_storage_options_given(tmp_path, capsys, monkeypatch):
     from s3_server import S3Server
 
