@@ -80,6 +80,10 @@ CLEAN_UP_WAIT_S = 1.0  # the clean-up when a process opens the cache waits no lo
 FULL_RECHECK_S = 1.0  # MinIO usage only grows until a clear: a member that did not fit is refused unread this long
 SOURCE_READS = 3  # reads of a member whose bytes fail their check before it is returned uncached
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# O_NONBLOCK: a FIFO planted as an entry or a cache file opens at once, then fails fstat's S_ISREG
+READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+ACL_XATTRS = ("system.posix_acl_access", "system.posix_acl_default")
+_ACL_NAMED_USER, _ACL_NAMED_GROUP = 0x02, 0x08  # tags of a POSIX ACL entry naming another user or group
 
 
 def parse_bytes(text) -> int:
@@ -108,7 +112,11 @@ def member_problem(field: str, data, size: int) -> str | None:
     view = memoryview(np.ascontiguousarray(data)).cast("B")
     if len(view) != size:
         return f"{len(view)} bytes where the index says {size}"
-    if field == "json":
+    if field == "json":  # no checksum of its own: it must at least parse
+        try:
+            json.loads(bytes(view))
+        except ValueError as error:
+            return f"not JSON ({error})"
         return None
     from .format import parse
 
@@ -143,12 +151,14 @@ class _Layout:
         if not stat.S_ISDIR(info.st_mode):
             raise L3Error(f"{where} is not a directory")
         self._check_owner(info, where)
+        _check_acl(fd, where)
 
     def check_file(self, fd: int, where: str) -> os.stat_result:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise L3Error(f"{where} is not a regular file")
         self._check_owner(info, where)
+        _check_acl(fd, where)
         return info
 
     def _check_owner(self, info: os.stat_result, where: str) -> None:
@@ -170,6 +180,7 @@ class _Layout:
         have narrowed it below what the owner needs, or below the group's)."""
         if self.gid is not None:
             os.fchown(fd, -1, self.gid)
+        _strip_acls(fd)  # entries inherited from a parent's default ACL would let others in
         os.fchmod(fd, self.dir_mode if directory else self.file_mode)
 
     def mkdir_open(self, parent_fd: int, name: str, where: str, *, create: bool = True) -> int:
@@ -187,6 +198,11 @@ class _Layout:
         except OSError as error:
             if error.errno in (errno.ELOOP, errno.ENOTDIR):
                 raise L3Error(f"{where} is a symbolic link or not a directory: refused") from None
+            if error.errno == errno.EACCES:  # say whose it is rather than switch the cache off quietly
+                owner = os.stat(name, dir_fd=parent_fd, follow_symlinks=False).st_uid
+                if owner != os.geteuid():
+                    raise L3Error(f"{where} belongs to uid {owner}, not to this user (uid {os.geteuid()}): "
+                                  "refused") from None
             raise
         try:
             if made:
@@ -196,6 +212,35 @@ class _Layout:
             os.close(fd)
             raise
         return fd
+
+
+def _named_acl_entries(fd: int, xattr: str) -> bool:
+    """Whether the POSIX ACL in xattr (version u32, then entries of u16 tag, u16 perm, u32 id)
+    names a user or group beyond the owner, the group and others."""
+    try:
+        value = os.getxattr(fd, xattr)
+    except OSError as error:
+        if error.errno in (errno.ENODATA, errno.ENOTSUP, errno.EOPNOTSUPP):
+            return False
+        raise
+    tags = np.frombuffer(value[4:len(value) - (len(value) - 4) % 8], "<u2").reshape(-1, 4)[:, 0]
+    return bool(np.isin(tags, (_ACL_NAMED_USER, _ACL_NAMED_GROUP)).any())
+
+
+def _check_acl(fd: int, where: str) -> None:
+    """An ACL granting a named user or group access makes the mode bits show only its mask: refused."""
+    for xattr in ACL_XATTRS:
+        if _named_acl_entries(fd, xattr):
+            raise L3Error(f"{where} has an access control list naming other users or groups ({xattr}): refused")
+
+
+def _strip_acls(fd: int) -> None:
+    for xattr in ACL_XATTRS:
+        try:
+            os.removexattr(fd, xattr)
+        except OSError as error:
+            if error.errno not in (errno.ENODATA, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EINVAL):
+                raise
 
 
 def _open_cache_root(directory: str, layout: _Layout, *, create: bool) -> int:
@@ -427,7 +472,7 @@ class SampleCache:
             self._count(dataset, "misses")
             return None
         try:
-            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=folder)
+            fd = os.open(name, READ_FLAGS, dir_fd=folder)
         except OSError as error:
             if error.errno != errno.ELOOP:
                 self._count(dataset, "misses")
@@ -756,7 +801,7 @@ def _read_fd(fd: int, size: int) -> bytearray:
 
 
 def _read_at(folder: int, name: str, layout: _Layout, where: str) -> bytes:
-    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=folder)
+    fd = os.open(name, READ_FLAGS, dir_fd=folder)
     try:
         info = layout.check_file(fd, os.path.join(where, name))
         return bytes(_read_fd(fd, min(info.st_size, 1 << 20)))

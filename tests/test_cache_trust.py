@@ -177,6 +177,86 @@ def test_a_group_member_planting_links_in_a_shared_cache_redirects_nothing(datas
     assert secret.read_bytes() == b"root's secret"
 
 
+def posix_acl(*entries) -> bytes:
+    """A system.posix_acl_* value: version 2, then (tag, perm, id) entries; id -1 for the owner's."""
+    return struct.pack("<I", 2) + b"".join(struct.pack("<HHI", tag, perm, uid & 0xFFFFFFFF)
+                                           for tag, perm, uid in entries)
+
+
+NOBODY_RWX_DEFAULT = posix_acl((0x01, 7, -1), (0x02, 7, NOBODY), (0x04, 7, -1), (0x10, 7, -1), (0x20, 7, -1))
+
+
+@needs_root
+def test_a_parents_default_acl_planted_by_another_user_lets_nobody_into_a_group_cache(dataset, shared):
+    """nobody makes the cache's parent and gives it a default ACL naming nobody: what the cache then
+    creates would inherit rwx for nobody while its mode bits still read 02770 (they show the ACL's
+    mask). The cache strips inherited ACLs, so nobody can write no entry."""
+    parent = shared / "team"
+    as_nobody("""
+        import os, sys
+        os.mkdir(sys.argv[1], 0o777)
+        os.chmod(sys.argv[1], 0o777)
+        try:
+            os.setxattr(sys.argv[1], "system.posix_acl_default", bytes.fromhex(sys.argv[2]))
+        except OSError as error:
+            print("no acl", error)
+    """, parent, NOBODY_RWX_DEFAULT.hex())
+    try:
+        os.getxattr(parent, "system.posix_acl_default")
+    except OSError:
+        pytest.skip("this file system keeps no POSIX ACLs")
+    local = open_dataset(dataset, "train")
+    reader = open_dataset(dataset, "train", cache=SampleCache(parent / "cache", "10MB", group=0))
+    reader.read(0, "image")
+    split = parent / "cache" / local.dataset_id / "train"
+    answer = as_nobody("""
+        import sys
+        try:
+            open(sys.argv[1] + "/5.image", "wb").write(b"forged")
+            print("written")
+        except PermissionError:
+            print("denied")
+    """, split)
+    assert answer.stdout.strip() == "denied"
+    assert reader.read(5, "image").tobytes() == local.read(5, "image").tobytes()
+
+
+def test_a_cache_directory_with_an_acl_naming_another_user_is_refused(dataset, tmp_path):
+    """Mode 0750 with its mask r-x: no one else can write, yet nobody could read every entry."""
+    directory = tmp_path / "cache"
+    SampleCache(directory, "10MB")
+    try:
+        os.setxattr(directory, "system.posix_acl_access",
+                    posix_acl((0x01, 7, -1), (0x02, 5, NOBODY), (0x04, 0, -1), (0x10, 5, -1), (0x20, 0, -1)))
+    except OSError:
+        pytest.skip("this file system keeps no POSIX ACLs")
+    with pytest.raises(L3Error, match="access control list"):
+        SampleCache(directory, "10MB")
+
+
+def test_a_fifo_planted_as_an_entry_is_a_miss_not_a_hang(dataset, tmp_path):
+    local = open_dataset(dataset, "train")
+    reader = open_dataset(dataset, "train", cache=SampleCache(tmp_path / "cache", "10MB"))
+    reader.read(0, "image")
+    entry = tmp_path / "cache" / local.dataset_id / "train" / "0.image"
+    entry.unlink()
+    os.mkfifo(entry, 0o600)
+
+    class Hung(BaseException):  # not an OSError, which the cache would take for a miss
+        pass
+
+    def hung(*_):
+        raise Hung("the cache's read of a FIFO entry blocked")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(10)
+    try:
+        assert reader.read(0, "image").tobytes() == local.read(0, "image").tobytes()
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 # -- 7: who may read -------------------------------------------------------------------------------
 @needs_root
 def test_under_umask_022_another_user_cannot_read_cached_samples(dataset, shared):
