@@ -11,6 +11,7 @@ from l3codec import __version__
 from l3codec import format as fmt
 
 EXAMPLES = """examples:
+  l3convert demo /tmp/l3-demo                             generate a small Cityscapes-like tree, convert, read back
   l3convert folder ~/photos ~/photos-l3                   ImageFolder tree (class = directory) or plain images
   l3convert cityscapes ~/cityscapes ~/cityscapes-l3       leftImg8bit + gtFine, every split found
   l3convert imagenet ~/ILSVRC/Data/CLS-LOC ~/imagenet-l3 --synset-words LOC_synset_mapping.txt
@@ -33,7 +34,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="l3convert", description="Re-encode PNG/JPEG datasets into sharded, indexed L3 datasets.",
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=fmt.version_text(__version__))
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{folder,cityscapes,imagenet,inspect}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{folder,cityscapes,imagenet,inspect,demo}")
     layouts = {
         "folder": "an ImageFolder tree (class index = sorted directory names) or plain images (no labels)",
         "cityscapes": "leftImg8bit/{split}/{city}/*_leftImg8bit.png with gtFine (or gtCoarse) label maps",
@@ -79,6 +80,10 @@ def _parser() -> argparse.ArgumentParser:
     inspect.add_argument("dst", help="a converted dataset (path or fsspec URL)")
     inspect.add_argument("--deep", action="store_true", help="also decode every sample")
     inspect.add_argument("--json", action="store_true", help="print the report as JSON")
+    demo = commands.add_parser("demo", help="the main job on generated data: write a small Cityscapes-like tree, "
+                               "convert it (verified), read it back through the training loader, check every pixel")
+    demo.add_argument("dir", help="a new directory for the tree and the dataset")
+    demo.add_argument("--workers", type=int, default=2, help="the loader's workers [default: 2]")
     return parser
 
 
@@ -107,6 +112,10 @@ def _run(args) -> int:
     from .pipeline import ConvertError, convert
 
     try:
+        if args.command == "demo":
+            from l3codec import demo
+
+            return demo.run(args.dir, workers=args.workers)
         if args.command == "inspect":
             from .inspect import inspect, report_text
 
