@@ -43,7 +43,7 @@ def q9(g):
 
 
 @nb.njit(cache=True)
-def residuals(pl, e, act, actne, gctx):
+def residuals(pl, e, act, actne, gctx, TW):
     """e: MED residual wrapped to [-128,128); act = |W-NW|+|N-NW|; actne = act + |NE-N|; gctx = q9(N-NW)*9+q9(NW-W)."""
     H, Wd = pl.shape
     for y in range(H):
@@ -133,7 +133,7 @@ def table_bits(f):
 
 
 @nb.njit(cache=True)
-def rans_rows(toks, nbit, raw, ctx, tset, freq, cum, prec, renorm, collect, words_out):
+def rans_rows(toks, nbit, raw, ctx, tset, freq, cum, prec, renorm, collect, words_out, TW):
     """Encode every row stream (row y, tile tx) of one plane. Returns bytes per row stream in a (H, tiles) array.
     renorm: 16 or 8. freq/cum: [tableset, ctx, token]. If collect, row (0,0..) words are written to words_out
     per stream for verification (only used for small images)."""
@@ -173,7 +173,7 @@ def rans_rows(toks, nbit, raw, ctx, tset, freq, cum, prec, renorm, collect, word
 
 
 @nb.njit(cache=True)
-def rans_decode_rows(words, nbit_unused, ctx, tset, freq, cum, prec, renorm, Wd, dec_tok, dec_raw, kk, mb):
+def rans_decode_rows(words, nbit_unused, ctx, tset, freq, cum, prec, renorm, Wd, dec_tok, dec_raw, kk, mb, TW):
     """Decode every row stream; tokens then raw bits (bit count from the token, as a real decoder does)."""
     H = ctx.shape[0]
     ntx = (Wd + TW - 1) // TW
@@ -228,21 +228,42 @@ def planes_of(rgb):
 class Prep:
     def __init__(self, rgb):
         self.H, self.W = rgb.shape[:2]
-        self.planes = []
-        for pl in planes_of(rgb):
-            e = np.zeros(pl.shape, np.int32); a = np.zeros_like(e); ane = np.zeros_like(e); g = np.zeros_like(e)
-            residuals(np.ascontiguousarray(pl), e, a, ane, g)
-            self.planes.append((e, a, ane, g))
+        self.pls = planes_of(rgb)
+        self.cache = {}
+
+    def planes_for(self, tw):
+        if tw not in self.cache:
+            out = []
+            for pl in self.pls:
+                e = np.zeros(pl.shape, np.int32); a = np.zeros_like(e); ane = np.zeros_like(e); g = np.zeros_like(e)
+                residuals(np.ascontiguousarray(pl), e, a, ane, g, tw)
+                out.append((e, a, ane, g))
+            self.cache[tw] = out
+        return self.cache[tw]
 
 
 def code_image(prep, cfg, verify=False):
     """cfg: dict(bins, ne, k, mb, prec, renorm, group_rows (0 = per image), bias). Returns total bytes."""
+    TW = cfg["tw"]
+    total = 44.0
+    for pi, pl in enumerate(prep.planes_for(TW)):
+        if cfg["bias"] == "choose":
+            t0 = plane_bytes(prep, pl, dict(cfg, bias=False), verify, pi)
+            t1 = plane_bytes(prep, pl, dict(cfg, bias=True), verify, pi)
+            total += min(t0, t1) + 1 / 8
+        else:
+            total += plane_bytes(prep, pl, cfg, verify, pi)
+    return total
+
+
+def plane_bytes(prep, pl, cfg, verify, pi):
     H, Wd = prep.H, prep.W
+    TW = cfg["tw"]
     ntx = (Wd + TW - 1) // TW
     bins = cfg["bins"]
-    total = 44
-    nstreams = 0
-    for pi, (e, a, ane, g) in enumerate(prep.planes):
+    total = 0.0
+    e, a, ane, g = pl
+    if True:
         if cfg["bias"]:
             sign = np.where(g < 0, -1, 1); gc = np.abs(g)
             sr = e * sign
@@ -264,14 +285,18 @@ def code_image(prep, cfg, verify=False):
         nsets = int(tset.max()) + 1
         cnt = np.bincount(((tset * nctx + ctx) * ntok + toks).ravel(), minlength=nsets * nctx * ntok).reshape(nsets, nctx, ntok)
         freq = np.zeros_like(cnt); cum = np.zeros_like(cnt)
+        TBL[0] = 0.0
         for s in range(nsets):
             for c in range(nctx):
                 f = quantise(cnt[s, c], cfg["prec"])
                 freq[s, c] = f
                 cum[s, c] = np.concatenate([[0], np.cumsum(f)[:-1]])
                 total += table_bits(f) / 8.0
+                TBL[0] += table_bits(f) / 8.0
         words = np.zeros((H, ntx, 2 + 2 * TW + 8), np.int64) if verify else np.zeros((1, 1, 1), np.int64)
-        rows = rans_rows(toks, nbit, raw, ctx, tset, freq, cum, cfg["prec"], cfg["renorm"], verify, words)
+        rows = rans_rows(toks, nbit, raw, ctx, tset, freq, cum, cfg["prec"], cfg["renorm"], verify, words, TW)
+        FLUSH[0] += 4 * rows.size; FLUSH[1] += rows.size
+        FLUSH[3] += np.count_nonzero(nbit); FLUSH[4] += nbit.size; FLUSH[5] += TBL[0]
         # streams: tile of 512 x 32 (one band) per plane; header 2 bytes + row-length table + 4-byte table entry
         for ty in range(0, H, BAND):
             blk = rows[ty:ty + BAND]
@@ -279,10 +304,10 @@ def code_image(prep, cfg, verify=False):
                 r = blk[:, tx]
                 Lb = int(r.max()).bit_length()
                 total += r.sum() + 2 + (len(r) * Lb + 7) // 8 + 4
-                nstreams += 1
+                FLUSH[2] += 2 + (len(r) * Lb + 7) // 8 + 4
         if verify:
             dt = np.zeros_like(toks); dr = np.zeros_like(toks)
-            ok = rans_decode_rows(words, nbit, ctx, tset, freq, cum, cfg["prec"], cfg["renorm"], Wd, dt, dr, cfg["k"], cfg["mb"])
+            ok = rans_decode_rows(words, nbit, ctx, tset, freq, cum, cfg["prec"], cfg["renorm"], Wd, dt, dr, cfg["k"], cfg["mb"], TW)
             ok = ok and np.array_equal(dt, toks) and np.array_equal(dr, raw)
             # rebuild residuals from tokens and compare with e
             if ok:
@@ -298,7 +323,11 @@ def code_image(prep, cfg, verify=False):
     return total
 
 
-BASE = dict(bins=BINS14, ne=False, k=4, mb=1, prec=12, renorm=16, group_rows=0, bias=False)
+FLUSH = np.zeros(6)
+TBL = np.zeros(1)  # final-state bytes, row streams, stream header + row table + stream-table bytes
+
+
+BASE = dict(tw=512, bins=BINS14, ne=False, k=4, mb=1, prec=12, renorm=16, group_rows=0, bias=False)
 IDEAS = [
     ("baseline: 14 activity bins, k=4 mb=1, prec 12, 16-bit renorm, per-image tables, no bias", {}),
     ("4 bins", dict(bins=BINS4)),
@@ -315,8 +344,13 @@ IDEAS = [
     ("static bias per 41 gradient contexts", dict(bias=True)),
     ("NE in activity (slope-2 wavefront)", dict(ne=True)),
     ("NE + bias", dict(ne=True, bias=True)),
-    ("combination A (slope 1): k=4 mb=2, prec 11", dict(mb=2, prec=11)),
-    ("combination B (slope 2): A + NE", dict(mb=2, prec=11, ne=True)),
+    ("bias chosen per plane (1 bit)", dict(bias="choose")),
+    ("tile width 1024", dict(tw=1024)),
+    ("tile width 2048", dict(tw=2048)),
+    ("combination A (slope 1): 256-row table groups, bias chosen per plane, width 2048", dict(group_rows=256, bias="choose", tw=2048)),
+    ("combination B (slope 2): A + NE", dict(group_rows=256, bias="choose", tw=2048, ne=True)),
+    ("combination A at prec 11 (smaller decode tables)", dict(group_rows=256, bias="choose", tw=2048, prec=11)),
+    ("combination A at today's width 512", dict(group_rows=256, bias="choose")),
 ]
 
 
@@ -337,7 +371,7 @@ def main():
     # round trip check
     vpath = args.verify or args.images[0]
     prep = Prep(load(vpath))
-    vcfgs = [BASE, dict(BASE, renorm=8, prec=10, bias=True, ne=True, group_rows=256, k=3, mb=2)]
+    vcfgs = [BASE, dict(BASE, renorm=8, prec=10, bias=True, ne=True, group_rows=256, k=3, mb=2, tw=2048)]
     for c in vcfgs:
         code_image(prep, c, verify=True)
     say(f"round trip: rANS decode of every row stream of {os.path.basename(vpath)} reproduced every token, raw bits "
@@ -357,7 +391,15 @@ def main():
             prep = Prep(rgb)
             agg["samples"] += rgb.size
             for i, (name, d) in enumerate(IDEAS):
+                FLUSH[:] = 0
                 ideas[i] += code_image(prep, dict(BASE, **d))
+                if i == 0:
+                    agg["flush"] = agg.get("flush", 0) + FLUSH[0]; agg["rows"] = agg.get("rows", 0) + FLUSH[1]
+                    agg["shdr"] = agg.get("shdr", 0) + FLUSH[2]
+                    agg["raw"] = agg.get("raw", 0) + FLUSH[3]; agg["tbl"] = agg.get("tbl", 0) + FLUSH[5]
+                if name.startswith("combination A (slope 1)"):
+                    for kx, j in (("Aflush", 0), ("Arows", 1), ("Ashdr", 2), ("Araw", 3), ("Atbl", 5)):
+                        agg[kx] = agg.get(kx, 0) + FLUSH[j]
             print(f"  {sname}/{os.path.basename(p)} done {time.time()-t0:.0f}s", flush=True)
         res[sname] = (agg, ideas)
     return res, log, sets
@@ -386,6 +428,14 @@ if __name__ == "__main__":
         lines.append(f"\n### {sname} ({len(sets[sname])} images, {agg['samples']:,} samples; sources {src:,} B; compact today {comp/src:.4f}x; WebP {webp/src:.4f}x)\n")
         lines.append("| idea (one change from the baseline) | bytes | x sources | x compact today | x WebP | vs baseline |")
         lines.append("|---|---:|---:|---:|---:|---:|")
+        lines.append(f"Baseline overheads: {int(agg['rows']):,} row streams; final states {int(agg['flush']):,} B "
+                     f"({100*agg['flush']/ideas[0]:.1f}% of the baseline); stream headers + row-length tables + stream-table "
+                     f"entries {int(agg['shdr']):,} B ({100*agg['shdr']/ideas[0]:.1f}%); tables {int(agg['tbl']):,} B; "
+                     f"samples with raw bits {100*agg['raw']/agg['samples']:.2f}% (rANS symbols per sample {1+agg['raw']/agg['samples']:.3f}).\n")
+        iA = [n for n, _ in IDEAS].index("combination A (slope 1): 256-row table groups, bias chosen per plane, width 2048")
+        lines.append(f"Combination A overheads: {int(agg['Arows']):,} row streams; final states {int(agg['Aflush']):,} B "
+                     f"({100*agg['Aflush']/ideas[iA]:.1f}%); stream headers + row tables + stream-table entries {int(agg['Ashdr']):,} B; "
+                     f"tables {int(agg['Atbl']):,} B ({100*agg['Atbl']/ideas[iA]:.1f}%); rANS symbols per sample {1+agg['Araw']/agg['samples']:.3f}.\n")
         for (name, _), b in zip(IDEAS, ideas):
             lines.append(f"| {name} | {int(b):,} | {b/src:.4f} | {b/comp:.4f} | {b/webp:.4f} | {100*(b/ideas[0]-1):+.2f}% |")
     print("\n".join(lines))
