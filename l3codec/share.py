@@ -276,6 +276,8 @@ class _Consumer:
         self.gone = False
         self.pending = set()  # batch numbers sent and not acknowledged
         self.sending = threading.Lock()
+        self.out = sock.dup()  # its own timeout (SEND_TIMEOUT) while sock waits at most a pulse
+        self.out.settimeout(SEND_TIMEOUT)
 
     def __str__(self):
         return f"consumer pid {self.pid} ({_owner(self.uid)})"
@@ -316,7 +318,7 @@ class BatchServer:
         if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
             previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)  # so the finally below removes the socket
         threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
-        number = 0
+        number, finished = 0, False
         try:
             for epoch in range(epochs):
                 self.loader.set_epoch(epoch)
@@ -329,9 +331,13 @@ class BatchServer:
                 self._broadcast({"end": epoch})
             with self._changed:  # every batch taken (or its consumer gone) before the segments go
                 self._changed.wait_for(lambda: not self._segments)
+            finished = True
+        except BaseException as error:
+            cause = str(error) if isinstance(error, _Terminated) else f"{type(error).__name__}: {error}"
+            raise
         finally:
             self._closing = True
-            self._broadcast({"closed": True})
+            self._broadcast({"closed": True} if finished else {"stopped": cause[:200]}, everyone=True)
             listener.close()
             try:
                 os.unlink(self.path)
@@ -410,13 +416,13 @@ class BatchServer:
             return sock.close()
         if set(hello) != {"join"} or hello["join"] not in JOIN_POINTS:
             return self._drop(sock, who, f"malformed hello {hello!r:.100}")
-        consumer = _Consumer(sock, hello["join"], pid, uid)
         pulse = self.peer_timeout / 4
         try:
             sock.settimeout(SEND_TIMEOUT)
             _send(sock, {"welcome": {"pid": os.getpid(), "pulse": pulse}})
         except OSError:
             return sock.close()
+        consumer = _Consumer(sock, hello["join"], pid, uid)
         with self._changed:
             consumer.active = consumer.join == "batch" or not self._epoch_started
             self._consumers.append(consumer)
@@ -460,18 +466,18 @@ class BatchServer:
                 self._consumers.remove(consumer)
             self._release_taken()
             self._changed.notify_all()
-        if reason is not None and not self._closing:
-            with consumer.sending:
+        with consumer.sending:
+            if reason is not None and not self._closing:
                 self._drop(consumer.sock, str(consumer), reason)
-        else:
-            consumer.sock.close()
+            else:
+                consumer.sock.close()
+            consumer.out.close()
 
     def _send_to(self, consumer: _Consumer, message: dict, fd: int | None = None) -> bool:
         """False where the consumer could not take it (gone, or its socket full for SEND_TIMEOUT)."""
         with consumer.sending:
             try:
-                consumer.sock.settimeout(SEND_TIMEOUT)
-                _send(consumer.sock, message, fd)
+                _send(consumer.out, message, fd)
                 return True
             except OSError:
                 return False
@@ -524,15 +530,20 @@ class BatchServer:
         with self._changed:
             self._release_taken()
 
-    def _broadcast(self, message) -> None:
+    def _broadcast(self, message, everyone: bool = False) -> None:
         with self._changed:
-            receivers = [consumer for consumer in self._consumers if consumer.active]
+            receivers = [consumer for consumer in self._consumers if consumer.active or everyone]
         for consumer in receivers:
             self._send_to(consumer, message)
 
 
+class _Terminated(SystemExit):
+    def __str__(self):
+        return "SIGTERM"
+
+
 def _exit_on_sigterm(signum, frame):
-    raise SystemExit(128 + signum)
+    raise _Terminated(128 + signum)
 
 
 # -- a consumer -----------------------------------------------------------------------------------
@@ -618,6 +629,8 @@ class SharedLoader:
                     self._inbox.put((message, fds.pop()))
                 elif "dropped" in message:
                     error = L3Error(f"{self.producer} dropped this consumer: {message['dropped']!s:.200}")
+                elif "stopped" in message:
+                    error = L3Error(f"{self.producer} stopped before the run was over: {message['stopped']!s:.200}")
                 elif "end" in message or "closed" in message:
                     self._inbox.put((message, None))
                     if "closed" in message:
