@@ -454,7 +454,7 @@ CHILDREN = textwrap.dedent("""
 
     if __name__ == "__main__":
         path = sys.argv[1]
-        children = [multiprocessing.get_context("spawn").Process(target=consume, args=(path,)) for _ in range(2)]
+        children = [multiprocessing.get_context("spawn").Process(target=consume, args=(path,)) for _ in range(3)]
         for child in children:
             child.start()
         for child in children:
@@ -465,7 +465,7 @@ CHILDREN = textwrap.dedent("""
 
 def test_multiprocessing_consumers_print_no_resource_tracker_errors(tmp_path):
     path = str(tmp_path / "share.sock")
-    server = start_server(path, {"batches": 6, "server": {"min_consumers": 2}})
+    server = start_server(path, {"batches": 100, "server": {"min_consumers": 3}})
     try:
         script = tmp_path / "children.py"
         script.write_text(CHILDREN)
