@@ -146,8 +146,8 @@ def _receive(sock: socket.socket, limit: int, fds: list | None = None):
         return None
     try:
         message = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise L3Error(f"malformed message ({error})") from None
+    except (ValueError, RecursionError) as error:  # undecodable, not JSON, or nested too deep
+        raise L3Error(f"malformed message ({type(error).__name__})") from None
     if not isinstance(message, dict) or len(message) < 1:
         raise L3Error(f"malformed message: {type(message).__name__}, not a non-empty object")
     return message
@@ -252,10 +252,11 @@ def _take(message: dict, fd: int) -> dict:
                 and isinstance(spec[2], list) and all(isinstance(d, int) and d >= 0 for d in spec[2])):
             raise L3Error(f"malformed tensor description {spec!r:.200}")
         start, dtype, shape = spec[0], _DTYPES[spec[1]], spec[2]
+        length = int(np.prod(shape, dtype=object)) * torch.empty(0, dtype=dtype).element_size()
+        if start < 0 or start + length > size:  # checked before anything is allocated
+            raise L3Error(f"tensor {spec!r:.200} lies outside its {size}-byte segment")
         out = torch.empty(shape, dtype=dtype)
         view = memoryview(out.view(torch.uint8).reshape(-1).numpy()) if out.numel() else memoryview(b"")
-        if start < 0 or start + len(view) > size:
-            raise L3Error(f"tensor {spec!r:.200} lies outside its {size}-byte segment")
         while view:
             read = os.preadv(fd, [view], start)
             if read <= 0:
@@ -304,6 +305,7 @@ class BatchServer:
         self.allow_uids, self.peer_timeout = frozenset(allow_uids), float(peer_timeout)
         self._consumers: list[_Consumer] = []
         self._segments = {}  # batch number -> memfd
+        self._sending_number = None  # its memfd stays open while it is being sent
         self._changed = threading.Condition()
         self._epoch_started = False  # a batch of the current epoch went out: epoch joiners wait
         self._closing = False
@@ -399,7 +401,14 @@ class BatchServer:
                 sock, _ = listener.accept()
             except OSError:
                 return
-            threading.Thread(target=self._serve, args=(sock,), daemon=True).start()
+            threading.Thread(target=self._serve_safely, args=(sock,), daemon=True).start()
+
+    def _serve_safely(self, sock: socket.socket) -> None:
+        try:
+            self._serve(sock)
+        except Exception as error:  # noqa: BLE001 - one connection's failure, logged; the others go on
+            log.warning("BatchServer at %s: connection failed: %r", self.path, error)
+            sock.close()
 
     def _serve(self, sock: socket.socket) -> None:
         """One connection: its uid checked, its hello awaited (HELLO_TIMEOUT), then its acks and pulses."""
@@ -411,8 +420,10 @@ class BatchServer:
         try:
             hello = _receive(sock, CONTROL_LIMIT)
         except (_Silent, L3Error) as error:
-            return self._drop(sock, who, f"no valid hello within {HELLO_TIMEOUT:g} s ({error or 'silent'})")
+            reason = f"no hello within {HELLO_TIMEOUT:g} s" if isinstance(error, _Silent) else f"invalid hello: {error}"
+            return self._drop(sock, who, reason)
         if hello is None:
+            log.info("BatchServer at %s: %s closed before its hello", self.path, who)
             return sock.close()
         if set(hello) != {"join"} or hello["join"] not in JOIN_POINTS:
             return self._drop(sock, who, f"malformed hello {hello!r:.100}")
@@ -450,8 +461,8 @@ class BatchServer:
                     raise L3Error(f"unexpected message {message!r:.100}")
             except _Silent:
                 pass
-            except L3Error as error:
-                reason = str(error)
+            except Exception as error:  # noqa: BLE001 - whatever it sent, this consumer goes, the others stay
+                reason = str(error) if isinstance(error, L3Error) else f"{type(error).__name__}: {error}"
             now = time.monotonic()
             if now - heard > self.peer_timeout and reason is None:
                 reason = f"silent for {now - heard:.1f} s (peer_timeout {self.peer_timeout:g} s)"
@@ -484,7 +495,7 @@ class BatchServer:
 
     def _release_taken(self) -> None:
         waiting = {number for consumer in self._consumers for number in consumer.pending}
-        for number in [n for n in self._segments if n not in waiting]:
+        for number in [n for n in self._segments if n not in waiting and n != self._sending_number]:
             os.close(self._segments.pop(number))
 
     def _start_epoch(self, epoch: int) -> None:
@@ -519,6 +530,7 @@ class BatchServer:
             self._epoch_started = True
             receivers = [consumer for consumer in self._consumers if consumer.active]
             self._segments[number] = fd
+            self._sending_number = number
             for consumer in receivers:
                 consumer.pending.add(number)
             self.most_outstanding = max(self.most_outstanding, len(self._segments))
@@ -528,6 +540,7 @@ class BatchServer:
                     consumer.pending.discard(number)  # its listener sees the socket close and drops it
         self.served += 1
         with self._changed:
+            self._sending_number = None
             self._release_taken()
 
     def _broadcast(self, message, everyone: bool = False) -> None:
@@ -639,8 +652,8 @@ class SharedLoader:
                     raise L3Error(f"unexpected message {message!r:.100}")
             except _Silent:
                 pass
-            except L3Error as problem:
-                error = L3Error(f"{self.producer}: {problem}")
+            except Exception as problem:  # noqa: BLE001 - reported to the consumer's loop, never lost
+                error = L3Error(f"{self.producer}: {problem if isinstance(problem, L3Error) else repr(problem)}")
             finally:
                 for fd in fds:
                     os.close(fd)
@@ -681,7 +694,7 @@ class SharedLoader:
                 self._send({"ack": message["batch"]})
             except OSError:
                 pass  # the link thread reports why
-            self.epoch = message["epoch"]
+            self.epoch = message.get("epoch")
             yield batch
 
     def close(self) -> None:

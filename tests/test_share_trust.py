@@ -228,6 +228,7 @@ def test_silent_garbled_and_malformed_peers_are_dropped_and_the_real_consumers_a
         connect(os.urandom(64))  # garbage
         connect(frame([1, 2, 3]))  # not an object
         connect(frame({"join": "later"}))  # an unknown join point
+        connect(struct.pack("<4sI", b"L3S1", 4000) + b"[" * 4000)  # nested too deep for json
         acking = connect(frame({"join": "epoch"}))
         assert acking.recv(4096)  # welcomed: a consumer now
         acking.sendall(frame({"ack": "x"}))  # a malformed ack
@@ -237,16 +238,20 @@ def test_silent_garbled_and_malformed_peers_are_dropped_and_the_real_consumers_a
             for take in takes:
                 assert take.result(timeout=20) == [[f"0-{n}-0", f"0-{n}-1"] for n in range(3)]
         served = time.monotonic() - start
-        for sock in peers:  # each one closed by the producer (recv sees the end), none left hanging
+        heard = []
+        for sock in peers:  # each one told why and closed by the producer, none left hanging
+            received = b""
             try:
-                while sock.recv(4096):
-                    pass
+                while chunk := sock.recv(4096):
+                    received += chunk
             except ConnectionResetError:  # closed with what it sent unread
                 pass
+            heard.append(received)
+        assert b'"dropped":"no hello within 5 s"' in heard[0], heard[0]
     finally:
         stop(server)
     log = server.stderr.read()
-    assert log.count("dropped connection from pid") + log.count("dropped consumer pid") == 5, log
+    assert log.count("dropped connection from pid") + log.count("dropped consumer pid") == 6, log
     assert served < 4.5, f"served after {served:.1f} s: the silent peer (dropped at 5 s) held them up"
 
 
