@@ -108,7 +108,8 @@ def _check_private_directory(directory: str) -> None:
 
 def _peer_uid(sock: socket.socket) -> tuple[int, int]:
     """(pid, uid) of the process at the other end of a UNIX socket (SO_PEERCRED)."""
-    pid, uid, _ = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    credentials = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    pid, uid, _ = struct.unpack("3i", credentials)
     return pid, uid
 
 
@@ -158,7 +159,7 @@ def _receive_exactly(sock: socket.socket, count: int, fds: list | None, first: b
     while left:
         try:
             chunk, received, _, _ = socket.recv_fds(sock, left, 4)
-        except socket.timeout:
+        except TimeoutError:
             if first and left == count:
                 raise _Silent from None
             raise L3Error(f"message cut short: {count - left} of {count} bytes, then silence") from None
@@ -187,7 +188,8 @@ def _flatten(value, tensors: list):
         return {"tensor": len(tensors) - 1, "channels_last": channels_last}
     if isinstance(value, dict):
         if not all(isinstance(key, str) for key in value):
-            raise L3Error(f"a shared batch's dict keys must be strings, not {[type(k).__name__ for k in value]}")
+            kinds = [type(key).__name__ for key in value]
+            raise L3Error(f"a shared batch's dict keys must be strings, not {kinds}")
         return {"dict": {key: _flatten(item, tensors) for key, item in value.items()}}
     if isinstance(value, (list, tuple)):
         return {"list" if isinstance(value, list) else "tuple": [_flatten(item, tensors) for item in value]}
@@ -204,7 +206,8 @@ def _rebuild(layout, tensors: list):
         raise L3Error("malformed batch layout")
     if "tensor" in layout:
         tensor = tensors[layout["tensor"]]
-        return tensor.permute(0, 3, 1, 2) if layout.get("channels_last") is True and tensor.ndim == 4 else tensor
+        channels_last = layout.get("channels_last") is True and tensor.ndim == 4
+        return tensor.permute(0, 3, 1, 2) if channels_last else tensor
     kind, content = next(iter(layout.items()))
     if kind == "dict" and isinstance(content, dict):
         return {key: _rebuild(item, tensors) for key, item in content.items()}
@@ -317,8 +320,9 @@ class BatchServer:
         """Produce `epochs` epochs (set_epoch(e) before each), then tell the consumers it is over."""
         listener = self._bind()
         previous = None
-        if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
-            previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)  # so the finally below removes the socket
+        main = threading.current_thread() is threading.main_thread()
+        if main and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:  # so that finally removes the socket
+            previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
         threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
         number, finished = 0, False
         try:
@@ -420,7 +424,8 @@ class BatchServer:
         try:
             hello = _receive(sock, CONTROL_LIMIT)
         except (_Silent, L3Error) as error:
-            reason = f"no hello within {HELLO_TIMEOUT:g} s" if isinstance(error, _Silent) else f"invalid hello: {error}"
+            silent = isinstance(error, _Silent)
+            reason = f"no hello within {HELLO_TIMEOUT:g} s" if silent else f"invalid hello: {error}"
             return self._drop(sock, who, reason)
         if hello is None:
             log.info("BatchServer at %s: %s closed before its hello", self.path, who)
@@ -451,10 +456,11 @@ class BatchServer:
                     break  # left or crashed
                 heard = time.monotonic()
                 if "ack" in message:
-                    if set(message) != {"ack"} or not isinstance(message["ack"], int) or isinstance(message["ack"], bool):
+                    number = message["ack"]
+                    if set(message) != {"ack"} or not isinstance(number, int) or isinstance(number, bool):
                         raise L3Error(f"malformed ack {message!r:.100}")
                     with self._changed:
-                        consumer.pending.discard(message["ack"])
+                        consumer.pending.discard(number)
                         self._release_taken()
                         self._changed.notify_all()
                 elif set(message) != {"alive"}:
@@ -525,7 +531,8 @@ class BatchServer:
         message = {"batch": number, "epoch": epoch, **fields}
         if len(json.dumps(message)) > BATCH_LIMIT:
             os.close(fd)
-            raise L3Error(f"batch {number}'s description exceeds {BATCH_LIMIT} bytes (too many keys or values)")
+            raise L3Error(f"batch {number}'s description exceeds {BATCH_LIMIT} bytes "
+                          f"(too many keys or values)")
         with self._changed:
             self._epoch_started = True
             receivers = [consumer for consumer in self._consumers if consumer.active]
@@ -581,7 +588,8 @@ class SharedLoader:
             pid, uid = _peer_uid(self._sock)
             self.producer = f"the BatchServer at {self.path} (pid {pid}, {_owner(uid)})"
             if not _trusted(uid, producer_uids):
-                raise L3Error(f"{self.producer} runs as another user: refused (SharedLoader(producer_uids=...))")
+                raise L3Error(f"{self.producer} runs as another user: refused "
+                              f"(SharedLoader(producer_uids=...))")
             self._sock.settimeout(max(connect_timeout, 1.0))
             _send(self._sock, {"join": join})
             welcome = _receive(self._sock, BATCH_LIMIT)
@@ -643,7 +651,8 @@ class SharedLoader:
                 elif "dropped" in message:
                     error = L3Error(f"{self.producer} dropped this consumer: {message['dropped']!s:.200}")
                 elif "stopped" in message:
-                    error = L3Error(f"{self.producer} stopped before the run was over: {message['stopped']!s:.200}")
+                    error = L3Error(f"{self.producer} stopped before the run was over: "
+                                    f"{message['stopped']!s:.200}")
                 elif "end" in message or "closed" in message:
                     self._inbox.put((message, None))
                     if "closed" in message:
@@ -653,7 +662,8 @@ class SharedLoader:
             except _Silent:
                 pass
             except Exception as problem:  # noqa: BLE001 - reported to the consumer's loop, never lost
-                error = L3Error(f"{self.producer}: {problem if isinstance(problem, L3Error) else repr(problem)}")
+                detail = problem if isinstance(problem, L3Error) else repr(problem)
+                error = L3Error(f"{self.producer}: {detail}")
             finally:
                 for fd in fds:
                     os.close(fd)

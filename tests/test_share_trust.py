@@ -4,9 +4,9 @@ is dropped without stalling the real consumers; a killed or terminated producer 
 within seconds; a stopped consumer stalls the others at most peer_timeout; the socket lives in
 a directory only its owner can write. Every wait is bounded, so a hang fails the test."""
 
+import itertools
 import json
 import os
-import pickle
 import shutil
 import signal
 import socket
@@ -22,8 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 torch = pytest.importorskip("torch")
-from l3codec.format import L3Error  # noqa: E402
-from l3codec.share import BatchServer, SharedLoader  # noqa: E402
+from l3codec.format import L3Error
+from l3codec.share import BatchServer, SharedLoader
 
 NOBODY = 65534
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="running a peer as another user (nobody) needs root")
@@ -156,10 +156,8 @@ def stop(process):
 
 
 def as_user(uid):
-    def demote():
-        os.setgid(uid)
-        os.setuid(uid)
-    return demote
+    """Popen arguments that run the child as uid (its group the same number, no others)."""
+    return {"user": uid, "group": uid, "extra_groups": []}
 
 
 # -- item 1: no code execution across users ---------------------------------------------------
@@ -174,7 +172,7 @@ def test_a_fake_producer_cannot_make_the_consumer_run_code(shared_dir, user):
     os.chmod(marker, 0o666)
     os.truncate(marker, 0)
     producer = subprocess.Popen(["/usr/bin/python3" if user == "nobody" else sys.executable, "-c",
-                                 PICKLING_PRODUCER, path, marker], preexec_fn=as_user(uid) if user == "nobody" else None)
+                                 PICKLING_PRODUCER, path, marker], **(as_user(uid) if user == "nobody" else {}))
     try:
         deadline = time.monotonic() + 20
         while not os.path.exists(path):
@@ -184,7 +182,8 @@ def test_a_fake_producer_cannot_make_the_consumer_run_code(shared_dir, user):
             within(20, keys_of(path, connect_timeout=10))
     finally:
         stop(producer)
-    assert open(marker).read() == "", "the consumer ran the producer's pickle"
+    with open(marker) as ran:
+        assert ran.read() == "", "the consumer ran the producer's pickle"
 
 
 @pytest.mark.parametrize("user", ["same", pytest.param("nobody", marks=as_root)])
@@ -198,13 +197,14 @@ def test_a_fake_consumer_cannot_make_the_producer_run_code_and_the_real_one_is_s
     try:
         os.chmod(path, 0o777)  # as if it were open to everyone: the peer's uid must still be checked
         fake = subprocess.run(["/usr/bin/python3" if user == "nobody" else sys.executable, "-c", PICKLING_CONSUMER,
-                               path, marker], preexec_fn=as_user(NOBODY) if user == "nobody" else None, timeout=30)
+                               path, marker], check=False, timeout=30, **(as_user(NOBODY) if user == "nobody" else {}))
         assert fake.returncode == 0
         assert within(30, keys_of(path, connect_timeout=10)) == [[f"0-{n}-0", f"0-{n}-1"] for n in range(3)]
         assert server.wait(30) == 0
     finally:
         stop(server)
-    assert open(marker).read() == "", "the producer ran the consumer's pickle"
+    with open(marker) as ran:
+        assert ran.read() == "", "the producer ran the consumer's pickle"
     expected = "its user is not allowed" if user == "nobody" else "not an l3codec.share message"
     assert expected in server.stderr.read()
 
@@ -432,7 +432,7 @@ def test_a_stopped_consumer_stalls_the_others_at_most_peer_timeout(tmp_path):
             return len(arrivals) - 1
 
         assert within(60, take) == 12
-        gap = max(b - a for a, b in zip(arrivals[2:], arrivals[3:]))
+        gap = max(b - a for a, b in itertools.pairwise(arrivals[2:]))
         assert gap < timeout + 2, f"the others stalled {gap:.1f} s"
         assert server.wait(30) == 0
         os.kill(stopped.pid, signal.SIGCONT)
@@ -474,7 +474,8 @@ def test_multiprocessing_consumers_print_no_resource_tracker_errors(tmp_path):
     try:
         script = tmp_path / "children.py"
         script.write_text(CHILDREN)
-        children = subprocess.run([sys.executable, str(script), path], capture_output=True, text=True, timeout=90)
+        children = subprocess.run([sys.executable, str(script), path], capture_output=True, text=True,
+                                  timeout=90, check=False)
         assert server.wait(30) == 0
     finally:
         stop(server)
