@@ -28,6 +28,7 @@ seconds: a peer silent for `peer_timeout` (a stopped process) is dropped or repo
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -54,6 +55,8 @@ CONTROL_LIMIT = 4096  # the most a consumer may send in one message (join, ack, 
 BATCH_LIMIT = 1 << 20  # the most the producer may send in one message (a batch's description)
 HELLO_TIMEOUT = 5.0  # a new connection must say which join point it wants within this
 SEND_TIMEOUT = 5.0  # a peer that does not take a small message within this is dropped
+# a published batch can no longer change or shrink: no consumer alters what the others read
+_SEALS = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
 _DTYPES = {name: getattr(torch, name) for name in (
     "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64", "bool",
     "uint16", "uint32", "uint64") if hasattr(torch, name)}
@@ -228,7 +231,7 @@ def _publish(batch, name: str) -> tuple[int, dict]:
         size = tensor.numel() * tensor.element_size()
         specs.append([offset, str(tensor.dtype).removeprefix("torch."), list(tensor.shape)])
         offset += (size + 63) // 64 * 64
-    fd = os.memfd_create(name, os.MFD_CLOEXEC)
+    fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
         os.ftruncate(fd, offset)
         for tensor, (start, _, _) in zip(tensors, specs):
@@ -236,6 +239,7 @@ def _publish(batch, name: str) -> tuple[int, dict]:
             while data:
                 written = os.pwrite(fd, data, start)
                 data, start = data[written:], start + written
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SEALS)
     except BaseException:
         os.close(fd)
         raise
@@ -249,6 +253,12 @@ def _take(message: dict, fd: int) -> dict:
     specs = message.get("tensors")
     if size < 0 or not isinstance(specs, list):
         raise L3Error("malformed batch message")
+    try:
+        sealed = fcntl.fcntl(fd, fcntl.F_GET_SEALS) & _SEALS == _SEALS
+    except OSError:
+        sealed = False
+    if not sealed:
+        raise L3Error("batch segment not sealed against writes (not from a BatchServer)")
     tensors = []
     for spec in specs:
         if not (isinstance(spec, list) and len(spec) == 3 and isinstance(spec[0], int) and spec[1] in _DTYPES

@@ -289,6 +289,26 @@ def test_a_huge_claimed_length_is_refused_before_reading(tmp_path, claim):
         stop(server)
 
 
+def test_a_published_batch_is_sealed_so_no_consumer_can_change_it_for_the_others():
+    from l3codec.share import _publish, _take
+    fd, fields = _publish({"image": torch.arange(64, dtype=torch.uint8).reshape(1, 1, 8, 8)}, "sealed")
+    try:
+        with pytest.raises(PermissionError):
+            os.pwrite(fd, b"x", 0)
+        with pytest.raises(PermissionError):
+            os.ftruncate(fd, 0)
+        assert torch.equal(_take(fields, fd)["image"].reshape(-1), torch.arange(64, dtype=torch.uint8))
+    finally:
+        os.close(fd)
+    unsealed = os.memfd_create("unsealed")
+    try:
+        os.write(unsealed, bytes(64))
+        with pytest.raises(L3Error, match="not sealed"):
+            _take(fields, unsealed)
+    finally:
+        os.close(unsealed)
+
+
 # -- item 4: a dead producer raises, and leaves nothing behind -----------------------------------
 def shm_names():
     return {name for name in os.listdir("/dev/shm") if name.startswith(("psm_", "l3share"))}
