@@ -19,6 +19,8 @@ from l3codec.loader import L3Dataset, Loader, RandomCrop  # noqa: E402
 
 from dataset_trees import folder_tree  # noqa: E402
 
+pytestmark = pytest.mark.processes
+
 EPOCHS, BATCH, SLOTS = 2, 2, 2
 
 SERVER = textwrap.dedent("""

@@ -25,6 +25,8 @@ torch = pytest.importorskip("torch")
 from l3codec.format import L3Error
 from l3codec.share import BatchServer, SharedLoader
 
+pytestmark = pytest.mark.processes
+
 NOBODY = 65534
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="running a peer as another user (nobody) needs root")
 
