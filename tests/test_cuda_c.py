@@ -293,6 +293,7 @@ def _cpu_stream_status(data) -> np.ndarray:
     return status
 
 
+@pytest.mark.emulator
 @pytest.mark.parametrize("mode", ["compact", "fast"])
 def test_corrupt_streams_report_status(mode):
     """Damaged payloads (checksums resealed), the blocks run in shuffled order: the item's status is the
@@ -626,6 +627,7 @@ def test_launch_geometry():
 # ---------------------------------------------------------------- NVRTC: every kernel compiles lean
 
 
+@pytest.mark.compile
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_nvrtc_resources(arch):
     nvrtc = pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-bindings (NVRTC) is not installed")

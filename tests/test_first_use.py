@@ -5,10 +5,14 @@ import json
 import os
 import subprocess
 import sys
-
 import threading
 
+import pytest
+
 from l3codec import first_use
+
+# each test compiles the codec into an empty cache, in processes of its own
+pytestmark = [pytest.mark.compile, pytest.mark.processes]
 
 # a fresh process: one round trip, then where each driver came from and what became of the sibling
 ROUND_TRIP = """

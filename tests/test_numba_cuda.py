@@ -51,23 +51,28 @@ def test_gpu_cases_hold_palette_tiles():
     assert reached == {(mode, several) for mode in ("compact", "fast") for several in (False, True)}, reached
 
 
+@pytest.mark.emulator
 def test_simulated_mixed_batch_matches_cpu_decoder(simulated):
     assert simulated["mixed batch"] == [True] * len(encoded_images()[0])
     assert all(simulated["mixed batch matches source"])
 
 
+@pytest.mark.emulator
 def test_simulated_regions_match_cpu_region_decode(simulated):
     assert simulated["regions"] == [True] * len(encoded_images()[0])
 
 
+@pytest.mark.emulator
 def test_simulated_same_shape_batch(simulated):
     assert simulated["same shape stacked"] == [True, True]
 
 
+@pytest.mark.emulator
 def test_simulated_wide_and_tall_tiles_are_staged_in_rings(simulated):
     assert simulated["staged in strips and bands"] == [True] * 6
 
 
+@pytest.mark.emulator
 def test_simulated_out_buffers_and_device_items(simulated):
     outcomes = simulated["out and device items"]
     assert outcomes["stacked out"] is True
@@ -77,6 +82,7 @@ def test_simulated_out_buffers_and_device_items(simulated):
     assert "batch item 1: payload checksum mismatch" in outcomes["corrupt device item"]
 
 
+@pytest.mark.emulator
 def test_simulated_corrupt_item_is_reported_like_the_cpu(simulated):
     outcomes = simulated["corrupt item"]
     assert len(outcomes) == 6
@@ -86,6 +92,7 @@ def test_simulated_corrupt_item_is_reported_like_the_cpu(simulated):
     assert any(not cpu_ok for cpu_ok, _, _ in outcomes)
 
 
+@pytest.mark.emulator
 def test_simulated_hand_made_faults_give_the_cpu_decoders_status(simulated):
     """corruption.status_cases through decode_batch(backend="numba"): every status code, a run past
     the row end, and streams with several faults, where the first failing row decides."""
@@ -93,6 +100,7 @@ def test_simulated_hand_made_faults_give_the_cpu_decoders_status(simulated):
     assert simulated["status cases"] == expected
 
 
+@pytest.mark.emulator
 def test_simulated_status_is_the_first_failing_bands_whatever_the_block_order(simulated):
     """The cases of a tile of two bands, each band a block, run last band first: the item's status is
     still the CPU decoder's (its first failing band's), though a later band may fail too."""
@@ -102,10 +110,12 @@ def test_simulated_status_is_the_first_failing_bands_whatever_the_block_order(si
     assert reversed_codes == {name: code for name, (_, code) in status_cases().items() if name in reversed_codes}
 
 
+@pytest.mark.emulator
 def test_simulated_fast_kernel_at_its_real_block_size(simulated):
     assert simulated["fast at 128 threads"] is True
 
 
+@pytest.mark.compile
 def test_kernels_are_cached_on_the_content_of_what_they_compile(tmp_path):
     """numba-cuda's on-disk cache checks a source stamp before using a cached kernel: it must be the
     content digest of every file the kernels compile, not numba_kernels.py's mtime and size, so
@@ -137,6 +147,7 @@ def test_kernels_are_cached_on_the_content_of_what_they_compile(tmp_path):
     assert numba_kernels.source_digest((package, kernels)) not in (digest, edited)
 
 
+@pytest.mark.compile
 def test_kernels_type_check_for_sm90():
     """compile_ptx needs no GPU: it type-checks and lowers every kernel for compute capability 9.0."""
     from l3codec.kernels import numba_kernels
@@ -147,6 +158,7 @@ def test_kernels_type_check_for_sm90():
         assert ".entry" in ptx
 
 
+@pytest.mark.compile
 def test_kernels_fit_a_block_without_spills():
     """ptxas (through nvJitLink) on the kernels' PTX: no spills, registers for a full block,
     and shared memory within what a block gets without opting in."""

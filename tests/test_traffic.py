@@ -252,6 +252,7 @@ def _image(rng, h, w, c):
     return (ramp[:, :, None] + rng.integers(0, 4, (h, w, c))).astype(np.uint8)
 
 
+@pytest.mark.emulator
 @pytest.mark.parametrize("mode", ["compact", "fast"])
 def test_kernels_write_every_output_byte_once(mode):
     rng = np.random.default_rng(3)
@@ -276,6 +277,7 @@ def test_kernels_write_every_output_byte_once(mode):
     assert counts(traffic, "status", True)["lane_accesses"] == 0
 
 
+@pytest.mark.emulator
 def test_compact_reads_its_input_about_once_and_writes_whole_sectors():
     """Each lane's bit reservoir loads its row's 4-byte words once, raw rows are loaded by the warp
     together, and the write-out cuts rows at 32-byte boundaries (strips included), so only the two
