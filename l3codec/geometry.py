@@ -38,6 +38,11 @@ def _pair(size) -> tuple:
     return height, width
 
 
+def _check_flip(probability) -> None:
+    if not 0 <= probability <= 1:
+        raise L3Error(f"flip is a probability in 0..1, not {probability!r}")
+
+
 def _flip(probability: float, rng) -> bool:
     return bool(probability > 0 and rng.random() < probability)
 
@@ -47,6 +52,9 @@ class Full:
     """The whole image, optionally flipped with probability `flip`."""
 
     flip: float = 0.0
+
+    def __post_init__(self):
+        _check_flip(self.flip)
 
     def __call__(self, height: int, width: int, rng: np.random.Generator) -> Crop:
         return Crop((0, 0, height, width), (height, width), _flip(self.flip, rng))
@@ -58,6 +66,10 @@ class RandomCrop:
 
     size: tuple
     flip: float = 0.0
+
+    def __post_init__(self):
+        _pair(self.size)
+        _check_flip(self.flip)
 
     def __call__(self, height: int, width: int, rng: np.random.Generator) -> Crop:
         h, w = _pair(self.size)
@@ -72,6 +84,9 @@ class CenterCrop:
     """The central window of `size` (validation); never flipped."""
 
     size: tuple
+
+    def __post_init__(self):
+        _pair(self.size)
 
     def __call__(self, height: int, width: int, rng: np.random.Generator) -> Crop:
         h, w = _pair(self.size)
@@ -89,6 +104,17 @@ class RandomResizedCrop:
     scale: tuple = (0.08, 1.0)
     ratio: tuple = (3 / 4, 4 / 3)
     flip: float = 0.0
+
+    def __post_init__(self):
+        """Refused at construction, not at the first sample: torchvision only warns on a reversed range."""
+        _pair(self.size)
+        _check_flip(self.flip)
+        low, high = self.scale
+        if not 0 < low <= high <= 1:
+            raise L3Error(f"scale is an area fraction range (low, high) with 0 < low <= high <= 1, not {self.scale}")
+        low, high = self.ratio
+        if not 0 < low <= high:
+            raise L3Error(f"ratio is an aspect ratio range (low, high) with 0 < low <= high, not {self.ratio}")
 
     def __call__(self, height: int, width: int, rng: np.random.Generator) -> Crop:
         return Crop(self.box(height, width, rng), _pair(self.size), _flip(self.flip, rng))

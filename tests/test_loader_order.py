@@ -94,3 +94,18 @@ def test_random_crop_centre_crop_and_flips():
         RandomCrop(10)(9, 20, sample_rng(0, 0, 0))
     with pytest.raises(L3Error, match="larger"):
         CenterCrop((5, 30))(9, 20, sample_rng(0, 0, 0))
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: RandomResizedCrop(512, scale=(2, 1)), "scale"),
+    (lambda: RandomResizedCrop(512, scale=(0.5, 0.1)), "scale"),
+    (lambda: RandomResizedCrop(512, scale=(0, 1)), "scale"),
+    (lambda: RandomResizedCrop(512, ratio=(4 / 3, 3 / 4)), "ratio"),
+    (lambda: RandomResizedCrop(0), "crop size"),
+    (lambda: RandomCrop(16, flip=1.5), "flip"),
+    (lambda: CenterCrop((16, -1)), "crop size"),
+    (lambda: Full(flip=-0.1), "flip"),
+])
+def test_crops_with_impossible_arguments_are_refused_when_made(make, message):
+    with pytest.raises(L3Error, match=message):
+        make()
