@@ -93,6 +93,7 @@ class Summary:
     converted_samples: int = 0  # by this run: the rates leave out what --resume found already written
     converted_source_bytes: int = 0
     wall_seconds: float = 0.0
+    starting_seconds: float = 0.0  # to the first converted images: the workers' start, compiling on first use
     verified: bool = False
     workers: int = 1
     per_split: dict = field(default_factory=dict)
@@ -111,10 +112,15 @@ class Summary:
                      f"{self.l3_bytes / 1e6:.1f}", f"{self.ratio:.3f}"))
         widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
         lines = ["  ".join(str(value).rjust(width) for value, width in zip(row, widths)) for row in rows]
-        seconds = max(self.wall_seconds, 1e-9)
+        # the rate over the whole run but the start (on an empty cache most of a minute of compiling,
+        # which made a small run's rate a tenth of the workers')
+        starting = self.starting_seconds
+        seconds = max(self.wall_seconds - starting, 1e-9)
         work = (f"{self.converted_samples / seconds:.1f} images/s, "
                 f"{self.converted_source_bytes / 1e6 / seconds:.1f} MB/s" if self.converted_samples
                 else "nothing left to convert")
+        if starting:
+            work += f" after the first {starting:.1f} s (the workers' start, compiling on first use)"
         lines.append(f"{self.shards} shards ({self.shards_reused} reused), wall {self.wall_seconds:.1f} s, {work}"
                      + (", every sample verified" if self.verified else ""))
         if self.shards < self.workers:  # (a resume that finds few shards left is not the shard size's doing)
@@ -389,6 +395,7 @@ class _Progress:
         self.queue = queue
         self.source_bytes = 0
         self.started = time.perf_counter()
+        self.first_converted = None  # when a pool's first converted images came: its start and compiling end
         self.bar = None
         if enabled:
             try:
@@ -412,6 +419,8 @@ class _Progress:
             self.advance(images, source_bytes)
 
     def advance(self, images: int, source_bytes: int) -> None:
+        if source_bytes and self.first_converted is None and self.queue is not None:  # per image, not per shard
+            self.first_converted = time.perf_counter()
         self.source_bytes += source_bytes
         if self.bar is not None:
             if self.bar.n == 0 and images:
@@ -556,6 +565,8 @@ def _convert_tasks(plan: _Plan, executor, *, resume: bool, progress: bool) -> Su
     summary.converted_samples = sum(record["samples"] for record in converted)
     summary.converted_source_bytes = sum(record["source_bytes"] for record in converted)
     summary.workers = getattr(executor, "workers", 1)
+    if bar.first_converted is not None:
+        summary.starting_seconds = bar.first_converted - plan.started
     return summary
 
 

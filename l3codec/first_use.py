@@ -31,8 +31,8 @@ SIBLING_TIMEOUT_S = 300  # then the waiting process compiles for itself: a hung 
 # set in a sibling's environment: a sibling starts no siblings of its own
 NO_SIBLINGS_VARIABLE = "L3CODEC_NO_SIBLINGS"
 CHILD_PROGRAM = "import sys; from l3codec.warmup import child_main; sys.exit(child_main(sys.argv[1:]))"
-NOTICE = ("l3codec: compiling the CPU codec for this mode and dtype (first use: about 5-10 s per mode and dtype on 2 cores; cached "
-          "afterwards; python -m l3codec.warmup compiles ahead)")
+NOTICE = ("l3codec: compiling the CPU codec for this mode and dtype (first use: 5-25 s per verb, mode and dtype on an idle "
+          "2-core machine, minutes on a busy one; cached afterwards; python -m l3codec.warmup compiles ahead)")
 
 
 def lock_path(cache_path: str, verb: str, mode: str, bits: int) -> pathlib.Path:
