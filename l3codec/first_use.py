@@ -31,8 +31,16 @@ SIBLING_TIMEOUT_S = 300  # then the waiting process compiles for itself: a hung 
 # set in a sibling's environment: a sibling starts no siblings of its own
 NO_SIBLINGS_VARIABLE = "L3CODEC_NO_SIBLINGS"
 CHILD_PROGRAM = "import sys; from l3codec.warmup import child_main; sys.exit(child_main(sys.argv[1:]))"
-NOTICE = ("l3codec: compiling the CPU codec for this mode and dtype (first use: 5-25 s per verb, mode and dtype on an idle "
-          "2-core machine, minutes on a busy one; cached afterwards; python -m l3codec.warmup compiles ahead)")
+NOTICE = ("l3codec: compiling the CPU codec{what} (first use: 5-25 s per verb, mode and dtype on an idle 2-core "
+          "machine, minutes on a busy one; cached afterwards; python -m l3codec.warmup compiles ahead)")
+
+
+def notice(current) -> str:
+    """NOTICE naming what compiles: current is (verb, mode, bits, channels) or None."""
+    if current is None:
+        return NOTICE.format(what="")
+    verb, mode, bits, channels = current
+    return NOTICE.format(what=f"'s {mode} {verb}r for {bits}-bit images of {channels} channel{'s' * (channels > 1)}")
 
 
 def lock_path(cache_path: str, verb: str, mode: str, bits: int) -> pathlib.Path:
@@ -145,7 +153,7 @@ class FirstUse:
                 if self._shared_notice.value:
                     return
                 self._shared_notice.value = 1
-        print(NOTICE, file=sys.stderr, flush=True)
+        print(notice(self._verb.get()), file=sys.stderr, flush=True)
 
     def started(self) -> dict:
         """{(mode name, bits): Sibling or None} of the decoders this process started siblings for."""

@@ -77,3 +77,11 @@ def test_cache_follows_an_edit_of_a_compiled_module_it_imports(tmp_path):
     assert run(1) == ([2, 0], True)  # compiled, and said so
     assert run(1) == ([2, 1], False)  # loaded from the cache, silently
     assert run(5) == ([6, 0], True)  # dep.py changed: compiled again
+
+
+def test_the_compile_notice_names_what_compiles():
+    from l3codec import first_use
+
+    assert "compact encoder for 8-bit images of 3 channels" in first_use.notice(("encode", "compact", 8, 3))
+    assert "fast decoder for 16-bit images of 1 channel " in first_use.notice(("decode", "fast", 16, 1))
+    assert first_use.notice(None).startswith("l3codec: compiling the CPU codec (first use")
