@@ -617,6 +617,12 @@ def kernel_seconds(items: list, backend: str, repeat: int) -> float:
     return best
 
 
+def device_name(device) -> str:
+    """A Numba device's name: bytes before numba-cuda 0.30, str from it."""
+    name = device.name
+    return name.decode() if isinstance(name, bytes) else name
+
+
 def measure(frames: list, batch: int, repeat: int, out) -> None:
     from numba import cuda
 
@@ -624,7 +630,7 @@ def measure(frames: list, batch: int, repeat: int, out) -> None:
 
     items = [frames[i % len(frames)] for i in range(batch)]
     raw = sum(f.nbytes for f in items)
-    print(f"## Measured on {cuda.get_current_device().name.decode()}: batch of {batch}\n", file=out)
+    print(f"## Measured on {device_name(cuda.get_current_device())}: batch of {batch}\n", file=out)
     print("Kernels: the launches alone, timed with CUDA events, the packed batch already on the device. "
           "End to end: decode_batch from host bytes (validation and checksums, packing, one copy, the "
           "launches, the status read back), timed on the host.\n", file=out)
@@ -692,10 +698,13 @@ def main() -> int:
             measure(frames, args.batch, args.repeat, out)
         else:
             estimate(frames, out)
-        traffic_report(frames[: args.emulate_frames], out)
+        emulated = frames[: args.emulate_frames]
+        if emulated:  # --emulate-frames 0: no emulation (minutes a frame), so timings come at once
+            traffic_report(emulated, out)
         ptxas_report(out)
         sass_lines = sass_report(out)
-        sass_per_sample_report(frames[: args.emulate_frames], sass_lines, out)
+        if emulated:
+            sass_per_sample_report(emulated, sass_lines, out)
     print(path.read_text())
     return 0
 
