@@ -21,7 +21,7 @@ from ..geometry import Full
 from ..order import EpochOrder
 from .dataset import L3Dataset
 from .decode_steps import gpu_decode_step
-from .device import _Device, _to_device
+from .device import _Device, _to_device, resolve_device
 from .finish import Finish, replace_bad_samples
 from .workers import (
     WORKER_TIMEOUT_S, _BatchSource, _batch_dict, _decoders, _identity, _poll_interval, _stop_workers, _watched,
@@ -94,7 +94,7 @@ class Loader:
         self.order = EpochOrder(len(dataset), batch_size=batch_size, shuffle=shuffle, seed=seed, rank=rank,
                                 world_size=world_size, drop_last=drop_last)
         self.geometry = Full() if crop is None else crop
-        self.device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.device = resolve_device(device)
         if dataset.decode == "gpu" and decode_step is None:
             if self.device.type != "cuda":
                 raise L3Error("decode='gpu' needs a CUDA device; use L3Dataset(..., decode='cpu') without one")
