@@ -295,9 +295,10 @@ def check_shared_memory(needed: int, directory: str = "/dev/shm") -> None:
         stats = os.statvfs(directory)
     except OSError:  # no such file system here: torch shares memory some other way
         return
-    free = stats.f_bavail * stats.f_frsize
+    free, size = stats.f_bavail * stats.f_frsize, stats.f_blocks * stats.f_frsize
     ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    if needed > free:
+    # every local rank stages its own ring in the same file system; those already made are not free now
+    if needed > free or ranks * needed > size:
         raise L3Error(
             f"the loader's staging ring needs {needed / 2**20:.0f} MiB of shared memory and {directory} has "
             f"{free / 2**20:.0f} MiB free ({ranks} local ranks need {ranks * needed / 2**20:.0f} MiB): in Docker, "
