@@ -19,6 +19,7 @@ This module imports without cupy; cupy is imported inside the functions that nee
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 from collections.abc import Callable
@@ -303,10 +304,16 @@ def launch(launch, data, stream_starts, stream_ends, out, status, *, stream=None
         kernel((task_count,), block_shape(launch), args, shared_mem=shared)
 
 
+@functools.lru_cache(maxsize=1)
+def expand_constants() -> dict:
+    """lz.cu's enumerators, parsed once a process (expand_grid runs once a batch)."""
+    return header_constants(KERNEL_DIR / EXPAND_SOURCE)
+
+
 def expand_grid(count: int) -> tuple:
     """(grid, block, dynamic shared bytes) of l3_expand_lz for `count` expansions: a warp each, and
     each warp's codes for a Huffman-coded stream."""
-    constants = header_constants(KERNEL_DIR / EXPAND_SOURCE)
+    constants = expand_constants()
     warps = constants["LZ_WARPS_PER_BLOCK"]
     return (-(-count // warps),), (32 * warps,), warps * constants["LZ_SHARED_BYTES_PER_WARP"]
 

@@ -861,17 +861,24 @@ def test_real_gpu_matches_cpu():
     )
     regions.append((5, 4000, 30, 200))
     batch = l3batch.prepare(files, regions)
-    data = cupy.asarray(batch.data)
-    starts, ends = cupy.asarray(batch.stream_starts), cupy.asarray(batch.stream_ends)
+    assert batch.scratch_size  # the labels items have LZ planes: the expansion runs first
+    padded, scratch = emulation.with_scratch(batch)
+    host_starts, host_ends, host_expansions = l3batch.expanded_tables(batch, scratch)
+    data = cupy.asarray(padded)
+    starts, ends = cupy.asarray(host_starts), cupy.asarray(host_ends)
+    expansions = cupy.asarray(np.ascontiguousarray(host_expansions).view(np.int64).reshape(len(host_expansions), -1))
     out = cupy.zeros(batch.out_size, cupy.uint8)
-    status = np.zeros(len(files), np.int32)
+    status = cupy.zeros(len(files), cupy.int32)
     stream = cupy.cuda.Stream()  # blocking: ordered after the allocations on the default stream
+    cuda_c.launch_expand(data, expansions, status, stream=stream)
+    stream.synchronize()
+    statuses = status.get()
     for launch in batch.launches:
         launch_status = cupy.zeros(len(launch.items), cupy.int32)
         cuda_c.launch(launch, data, starts, ends, out, launch_status, stream=stream)
         stream.synchronize()
-        status[launch.item_index] = launch_status.get()
-    assert status.tolist() == [0] * len(files)
+        statuses[launch.item_index] = np.maximum(statuses[launch.item_index], launch_status.get())
+    assert l3batch.status_codes(statuses).tolist() == [0] * len(files)
     for got, data_, region in zip(l3batch.split_output(batch, out.get()), files, regions):
         np.testing.assert_array_equal(got, l3codec.decode(data_, region=region))
 

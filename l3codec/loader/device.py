@@ -13,12 +13,37 @@ registered range: each maps the ring's shared memory afresh from its file descri
 from __future__ import annotations
 
 import contextlib
+import os
 import weakref
 
 import torch
 
+from ..format import L3Error
+
 HOST_REGISTER_PORTABLE = 1  # cudaHostRegisterPortable: the pinned range counts as such in every context
 LOWEST_PRIORITY = 0  # CUDA stream priorities run from 0 (lowest, torch's default) to negative (higher)
+
+
+def resolve_device(device=None) -> torch.device:
+    """The loader's device with its index fixed at construction: None means CUDA where available,
+    else the CPU; a CUDA device without an index is LOCAL_RANK's GPU (torchrun sets it) or else the
+    current one, so DDP ranks that never call torch.cuda.set_device do not all land on GPU 0, and a
+    set_device after construction does not split the loader across GPUs."""
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device(device)
+    if device.type != "cuda":
+        return device
+    if not torch.cuda.is_available():
+        raise L3Error(f"device={str(device)!r}: this machine has no CUDA device (or torch is a CPU build); "
+                      "use device='cpu' with L3Dataset(..., decode='cpu')")
+    if device.index is None:
+        local_rank = os.environ.get("LOCAL_RANK")
+        index = int(local_rank) if local_rank is not None else torch.cuda.current_device()
+        if not 0 <= index < torch.cuda.device_count():
+            raise L3Error(f"LOCAL_RANK={local_rank} but this machine has {torch.cuda.device_count()} CUDA devices")
+        device = torch.device("cuda", index)
+    return device
 
 
 class _Device:

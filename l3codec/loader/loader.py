@@ -23,7 +23,7 @@ from ..geometry import Full
 from ..order import EpochOrder
 from .dataset import L3Dataset
 from .decode_steps import gpu_decode_step
-from .device import _Device, _to_device
+from .device import _Device, _to_device, resolve_device
 from .finish import Finish, replace_bad_samples
 from .workers import (
     WORKER_TIMEOUT_S, WorkerStalled, _BatchSource, _batch_dict, _decoders, _identity, _poll_interval,
@@ -96,7 +96,7 @@ class Loader:
         self.order = EpochOrder(len(dataset), batch_size=batch_size, shuffle=shuffle, seed=seed, rank=rank,
                                 world_size=world_size, drop_last=drop_last)
         self.geometry = Full() if crop is None else crop
-        self.device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.device = resolve_device(device)
         if dataset.decode == "gpu" and decode_step is None:
             if self.device.type != "cuda":
                 raise L3Error("decode='gpu' needs a CUDA device; use L3Dataset(..., decode='cpu') without one")
@@ -355,9 +355,10 @@ def check_shared_memory(needed: int, directory: str = "/dev/shm") -> None:
         stats = os.statvfs(directory)
     except OSError:  # no such file system here: torch shares memory some other way
         return
-    free = stats.f_bavail * stats.f_frsize
+    free, size = stats.f_bavail * stats.f_frsize, stats.f_blocks * stats.f_frsize
     ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    if needed > free:
+    # every local rank stages its own ring in the same file system; those already made are not free now
+    if needed > free or ranks * needed > size:
         raise L3Error(
             f"the loader's staging ring needs {needed / 2**20:.0f} MiB of shared memory and {directory} has "
             f"{free / 2**20:.0f} MiB free ({ranks} local ranks need {ranks * needed / 2**20:.0f} MiB): in Docker, "
