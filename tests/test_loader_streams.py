@@ -190,7 +190,7 @@ def test_a_staging_ring_larger_than_free_shared_memory_is_refused_with_what_to_d
         stats = real_statvfs(path)
         if path != "/dev/shm":
             return stats
-        return SimpleNamespace(f_bavail=1, f_frsize=4096, f_bsize=4096)  # 4 KiB free
+        return SimpleNamespace(f_bavail=1, f_blocks=1, f_frsize=4096, f_bsize=4096)  # 4 KiB, all free
 
     monkeypatch.setattr(loader_module.os, "statvfs", small_shm)
     loader = Loader(L3Dataset(converted, decode="gpu"), 2, device="cpu", decode_step=host_decode_step)
