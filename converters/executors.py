@@ -12,6 +12,7 @@ import concurrent.futures
 import multiprocessing
 import os
 import signal
+import sys
 
 from l3codec.lifeline import watch_owner
 
@@ -41,7 +42,14 @@ def _init_pool_process(queue, coordinator: int, warm: tuple = (), notice=None) -
     # Ctrl-C reaches the whole process group: the coordinator handles it and stops the workers.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # One Numba thread per process, so N processes use N cores and do not oversubscribe them.
-    os.environ["NUMBA_NUM_THREADS"] = "1"
+    if "numba" in sys.modules:
+        # the forkserver was started by another of its users (the Loader) and imported numba with
+        # its own thread count: NUMBA_NUM_THREADS changed now fails the next compile (RuntimeError)
+        import numba
+
+        numba.set_num_threads(1)
+    else:
+        os.environ["NUMBA_NUM_THREADS"] = "1"
     _compile_ahead(warm)
 
 

@@ -1,6 +1,7 @@
 """l3convert on tiny trees built here: every pixel and label comes back exactly, for each layout."""
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -236,3 +237,35 @@ def test_the_summary_rate_leaves_out_the_pools_start_and_says_how_long_it_took()
     assert "0.8 images/s" not in text
     assert "after the first" not in str(Summary(dst="d", samples=10, wall_seconds=2.0, converted_samples=10,
                                                 converted_source_bytes=1, shards=1, workers=1))
+
+
+LOADER_THEN_POOL = """
+import sys
+from l3codec.converters import convert
+from l3codec.loader import L3Dataset, Loader
+
+if __name__ == "__main__":
+    src, first, second = sys.argv[1:4]
+    convert("folder", src, first, workers=0, progress=False)
+    assert len(list(Loader(L3Dataset(first, decode="cpu"), 2, num_workers=1, device="cpu"))) > 0
+    convert("folder", src, second, workers=2, shard_size=3000, progress=False)
+    print("converted after the loader")
+"""
+
+
+@pytest.mark.processes
+@pytest.mark.compile
+def test_a_pool_after_a_loader_in_one_process_compiles_in_its_workers(tmp_path):
+    """The Loader starts the process's one forkserver with its own preloads (numba imported with the
+    machine's thread count); a pool started after it, compiling on an empty cache, failed every
+    worker with 'Cannot set NUMBA_NUM_THREADS ... once the threads have been launched'."""
+    import subprocess
+    import sys
+
+    folder_tree(tmp_path / "src", per_class=6)
+    (tmp_path / "script.py").write_text(LOADER_THEN_POOL)
+    (tmp_path / "numba-cache").mkdir()
+    done = subprocess.run([sys.executable, str(tmp_path / "script.py"), str(tmp_path / "src"), str(tmp_path / "a"),
+                           str(tmp_path / "b")], capture_output=True, text=True, timeout=600, cwd=tmp_path,
+                          env={**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba-cache")})
+    assert done.returncode == 0 and "converted after the loader" in done.stdout, done.stderr[-3000:]
