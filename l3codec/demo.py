@@ -50,8 +50,8 @@ def street_scene(rng, height: int = HEIGHT, width: int = WIDTH) -> tuple:
         y0 = int(rng.integers(horizon, height - 30))
         labels[y0:y0 + 28, x0:x0 + 80] = CAR
         instances[y0:y0 + 28, x0:x0 + 80] = CAR * 1000 + car
-    colours = {SKY: (110, 160, 225), BUILDING: (150, 130, 115), VEGETATION: (70, 120, 50), ROAD: (95, 95, 100),
-               SIDEWALK: (170, 160, 150), CAR: (30, 60, 140)}
+    colours = {SKY: (110, 160, 225), BUILDING: (150, 130, 115), VEGETATION: (70, 120, 50),
+               ROAD: (95, 95, 100), SIDEWALK: (170, 160, 150), CAR: (30, 60, 140)}
     palette = np.zeros((256, 3), np.float64)
     for label, colour in colours.items():
         palette[label] = colour
@@ -90,8 +90,6 @@ def write_tree(root: str, *, seed: int = 0, per_city: dict | None = None) -> lis
 def run(directory: str, *, workers: int = 2, seed: int = 0, out=None) -> int:
     """Generate, convert (verified), read back through the Loader, check; 0 when every pixel matches.
     Reports to out (default: sys.stdout)."""
-    from PIL import Image
-
     from . import warmup
     from .converters import convert
     from .format import L3Error
@@ -119,20 +117,22 @@ def run(directory: str, *, workers: int = 2, seed: int = 0, out=None) -> int:
     print(f"converted to {converted}:\n{summary}", file=out)
 
     started = time.perf_counter()
-    mismatches, read = _read_back(converted, source, workers, Image)
+    mismatches, read = _read_back(converted, source, workers)
     timings[f"read back through the Loader ({workers} workers)"] = time.perf_counter() - started
-    print(f"read {read} samples (image, labelIds, instanceIds) back through the Loader: "
-          f"{'every pixel equal to its source' if not mismatches else f'{mismatches} differ from their sources'}",
-          file=out)
+    verdict = "every pixel equal to its source" if not mismatches else f"{mismatches} differ from their sources"
+    print(f"read {read} samples (image, labelIds, instanceIds) back through the Loader: {verdict}", file=out)
     print("where the time went:", file=out)
     for step, seconds in timings.items():
         print(f"  {seconds:6.1f} s  {step}", file=out)
-    print(f"next: l3convert inspect {converted}; train from it as README.md's 'Training from it' shows", file=out)
+    print(f"next: l3convert inspect {converted}; train from it as README.md's 'Training from it' shows",
+          file=out)
     return 1 if mismatches else 0
 
 
-def _read_back(converted: str, source: str, workers: int, Image) -> tuple:
+def _read_back(converted: str, source: str, workers: int) -> tuple:
     """(samples whose pixels differ from the source PNGs, samples read): the train split, whole frames."""
+    from PIL import Image
+
     from .loader import L3Dataset, Loader
 
     fields = ("image", "labelIds", "instanceIds")
@@ -147,7 +147,8 @@ def _read_back(converted: str, source: str, workers: int, Image) -> tuple:
             stem = key.rsplit("/", 1)[-1]
             city = stem.split("_", 1)[0]
             for field in fields:
-                expected = np.asarray(Image.open(os.path.join(source, suffixes[field].format(city=city, key=stem))))
+                path = os.path.join(source, suffixes[field].format(city=city, key=stem))
+                expected = np.asarray(Image.open(path))
                 got = batch[field][n].numpy()
                 got = got.transpose(1, 2, 0) if got.ndim == 3 else got
                 mismatches += int(not np.array_equal(got, expected))

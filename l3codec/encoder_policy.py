@@ -67,7 +67,8 @@ def _rice_lengths(bits: int) -> np.ndarray:
     return np.where(quotients < UNARY_LIMIT, quotients + 1 + np.arange(bits), UNARY_LIMIT + bits)
 
 
-def smallest_tiling(planes, header: dict, tile_height: int, *, chosen_width: bool, chosen_height: bool) -> bytes:
+def smallest_tiling(planes, header: dict, tile_height: int, *, chosen_width: bool,
+                    chosen_height: bool) -> bytes:
     """The file of planes in header's tile width and tile_height, or in a taller or narrower tiling
     where that is smaller (the rule below); chosen_width / chosen_height: the caller fixed that size.
 

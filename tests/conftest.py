@@ -37,7 +37,8 @@ def pytest_collection_modifyitems(config, items):
         heavy = [item for item in items if any(marker in item.keywords for marker in HEAVY_MARKERS)]
         if heavy:
             config.hook.pytest_deselected(items=heavy)
-            items[:] = [item for item in items if not any(marker in item.keywords for marker in HEAVY_MARKERS)]
+            light = [item for item in items if not any(marker in item.keywords for marker in HEAVY_MARKERS)]
+            items[:] = light
     skip_slow = pytest.mark.skip(reason="slow sweep: set L3_RUN_SLOW=1")
     skip_cuda = pytest.mark.skip(reason="needs a CUDA GPU")
     has_gpu = None
@@ -60,6 +61,7 @@ def pytest_runtest_logreport(report):
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if config.getoption("--quick") and _slow_quick_tests:
-        terminalreporter.section(f"quick tier: tests over {QUICK_TEST_LIMIT_S:.0f} s (mark them {'/'.join(HEAVY_MARKERS)})")
+        markers = "/".join(HEAVY_MARKERS)
+        terminalreporter.section(f"quick tier: tests over {QUICK_TEST_LIMIT_S:.0f} s (mark them {markers})")
         for duration, nodeid in sorted(_slow_quick_tests, reverse=True):
             terminalreporter.write_line(f"{duration:6.1f} s  {nodeid}")
