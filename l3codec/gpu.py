@@ -11,6 +11,8 @@ unchecked offset. Results are HWC (HW for one channel) uint8/uint16 device array
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from . import batch as batching
@@ -174,7 +176,7 @@ def _run_numba(prepared, out, stream):
         out = _numba_device_array(out)
         output = _flat_out(prepared, out, out.is_c_contiguous())
     layout = batching.packed_layout(prepared)
-    staging = cuda.pinned_array(max(layout.size, 1), np.uint8)
+    staging = numba_staging(layout.size)
     batching.write_packed(prepared, layout, staging)
     buffer = cuda.device_array(max(layout.device_size, 1), np.uint8, stream=stream)
     buffer[:max(layout.size, 1)].copy_to_device(staging, stream=stream)  # one copy: data and tables
@@ -184,6 +186,21 @@ def _run_numba(prepared, out, stream):
     status[status_order(prepared)] = status_device.copy_to_host(stream=stream)
     stream.synchronize()  # the asynchronous copy above is valid from here on
     return output, status
+
+
+_numba_pinned = threading.local()
+
+
+def numba_staging(size: int) -> np.ndarray:
+    """This thread's pinned staging buffer, grown to at least `size` bytes and reused by later
+    batches (page-locking per call cost more than the copy): safe because _run_numba synchronizes
+    its stream before it returns, so no copy from the buffer is still in flight."""
+    from numba import cuda
+
+    buffer = getattr(_numba_pinned, "buffer", None)
+    if buffer is None or buffer.size < max(size, 1):
+        buffer = _numba_pinned.buffer = cuda.pinned_array(max(size, 1), np.uint8)
+    return buffer[:max(size, 1)]
 
 
 def _run_cupy(prepared, out, stream):

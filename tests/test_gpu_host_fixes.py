@@ -33,3 +33,20 @@ def test_expand_grid_parses_lz_cu_once(monkeypatch):
         cuda_c.expand_grid(count)
     assert len(calls) == 1
     assert first == cuda_c.expand_grid(5)
+
+
+def test_numba_staging_is_pinned_once_and_reused(monkeypatch):
+    import numpy as np
+    from numba import cuda
+
+    from l3codec import gpu
+
+    calls = []
+    monkeypatch.setattr(cuda, "pinned_array", lambda size, dtype: calls.append(size) or np.zeros(size, dtype))
+    monkeypatch.setattr(gpu, "_numba_pinned", type(gpu._numba_pinned)())
+    first = gpu.numba_staging(1000)
+    for size in (10, 1000, 500):
+        assert gpu.numba_staging(size).size == size
+    assert calls == [1000]
+    assert np.shares_memory(first, gpu.numba_staging(1000))
+    assert gpu.numba_staging(5000).size == 5000 and calls == [1000, 5000]  # grows when a batch is larger
