@@ -214,7 +214,7 @@ def test_a_fake_consumer_cannot_make_the_producer_run_code_and_the_real_one_is_s
 # -- items 2 and 3: bad peers are dropped, bounded, and stall nobody ----------------------------
 def test_silent_garbled_and_malformed_peers_are_dropped_and_the_real_consumers_are_served(tmp_path):
     path = str(tmp_path / "share.sock")
-    server = start_server(path, {"batches": 3, "epochs": 2, "server": {"min_consumers": 2}}, stderr=subprocess.PIPE,
+    server = start_server(path, {"batches": 3, "epochs": 1000, "server": {"min_consumers": 2}}, stderr=subprocess.PIPE,
                           text=True)  # after epoch 0 it waits for a consumer: the silent peer's drop is logged
     peers = []
     try:
@@ -256,7 +256,9 @@ def test_silent_garbled_and_malformed_peers_are_dropped_and_the_real_consumers_a
 
 def test_a_silent_peer_is_dropped_after_the_hello_timeout_and_stalls_nobody(tmp_path):
     path = str(tmp_path / "share.sock")
-    server = start_server(path, {"batches": 3, "epochs": 2}, stderr=subprocess.PIPE, text=True)
+    # many epochs: after the consumer leaves, the producer waits for the next one instead of
+    # finishing its run (which closes every connection, the silent one too, before 5 s)
+    server = start_server(path, {"batches": 3, "epochs": 1000}, stderr=subprocess.PIPE, text=True)
     try:
         silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         silent.settimeout(15)
