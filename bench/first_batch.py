@@ -38,6 +38,18 @@ sys.path.insert(0, str(ROOT / "bench"))
 SCRIPT_HEAD = """
 import json, sys, time
 STARTED = time.perf_counter()
+
+
+def report(start, opened, made, loader, imported):
+    \"\"\"Take three batches from a new iterator; print the phases' times as JSON; the first batch.\"\"\"
+    batches = iter(loader)
+    first = next(batches)
+    first_at = time.perf_counter()
+    next(batches), next(batches)
+    third_at = time.perf_counter()
+    print(json.dumps({"imports": imported - STARTED, "open": opened - start, "loader": made - opened,
+                      "first": first_at - made, "three": third_at - made}))
+    return first
 """
 
 L3_SCRIPT = SCRIPT_HEAD + """
@@ -53,14 +65,8 @@ def main():
     opened = time.perf_counter()
     loader = Loader(dataset, batch_size, crop=CenterCrop(crop), device="cpu", num_workers=workers, seed=0)
     made = time.perf_counter()
-    batches = iter(loader)
-    first = next(batches)
-    first_at = time.perf_counter()
-    next(batches), next(batches)
-    third_at = time.perf_counter()
+    first = report(start, opened, made, loader, IMPORTED)
     assert first["image"].shape == (batch_size, 3, crop, crop)
-    print(json.dumps({"imports": IMPORTED - STARTED, "open": opened - start, "loader": made - opened,
-                      "first": first_at - made, "three": third_at - made}))
 
 
 if __name__ == "__main__":
@@ -100,14 +106,8 @@ def main():
     loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, num_workers=workers,
                         generator=torch.Generator().manual_seed(0))
     made = time.perf_counter()
-    batches = iter(loader)
-    first = next(batches)
-    first_at = time.perf_counter()
-    next(batches), next(batches)
-    third_at = time.perf_counter()
+    first = report(start, opened, made, loader, IMPORTED)
     assert first.shape == (batch_size, 3, crop, crop)
-    print(json.dumps({"imports": IMPORTED - STARTED, "open": opened - start, "loader": made - opened,
-                      "first": first_at - made, "three": third_at - made}))
 
 
 if __name__ == "__main__":
@@ -134,13 +134,7 @@ def main():
     start = time.perf_counter()
     loader = DataLoader(Constant(), batch_size=batch_size, num_workers=workers, multiprocessing_context="forkserver")
     made = time.perf_counter()
-    batches = iter(loader)
-    next(batches)
-    first_at = time.perf_counter()
-    next(batches), next(batches)
-    third_at = time.perf_counter()
-    print(json.dumps({"imports": IMPORTED - STARTED, "open": 0.0, "loader": made - start,
-                      "first": first_at - made, "three": third_at - made}))
+    report(start, start, made, loader, IMPORTED)  # no dataset to open
 
 
 if __name__ == "__main__":
