@@ -81,6 +81,9 @@ FULL_RECHECK_S = 1.0  # MinIO usage only grows until a clear: a member that did 
 SOURCE_READS = 3  # reads of a member whose bytes fail their check before it is returned uncached
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # O_NONBLOCK: a FIFO planted as an entry or a cache file opens at once, then fails fstat's S_ISREG
+# errors that pass (a full disk, too many open files): one access skipped, the cache stays on
+TRANSIENT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EMFILE, errno.ENFILE, errno.ENOMEM,
+                              errno.EAGAIN, errno.EINTR, errno.EBUSY})
 READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 ACL_XATTRS = ("system.posix_acl_access", "system.posix_acl_default")
 _ACL_NAMED_USER, _ACL_NAMED_GROUP = 0x02, 0x08  # tags of a POSIX ACL entry naming another user or group
@@ -313,6 +316,7 @@ class SampleCache:
         self._known = set()  # dataset ids whose about.json was written
         self._lru_queue = []  # newest first, popped from the end: (mtime_ns, name, split, dataset), from the last scan
         self._warned_busy = False
+        self._warned_transient = False
         self._free_seen = (0.0, 0)  # MinIO: (until when, bytes free) when an insert last found no room
 
     def __getstate__(self):
@@ -468,7 +472,7 @@ class SampleCache:
         try:
             folder = self._dir(dataset, split)
         except (OSError, L3Error) as error:
-            self._cannot_write(error)
+            self._failed(error)
             self._count(dataset, "misses")
             return None
         try:
@@ -478,9 +482,10 @@ class SampleCache:
                 self._count(dataset, "misses")
                 return None
             fd, raw = None, b""  # a symbolic link where an entry belongs: removed, never followed
-        stored = 0
+        stored, identity = 0, _identity_at(folder, name)
         if fd is not None:
             try:
+                identity = _identity(os.fstat(fd))
                 info = self._layout.check_file(fd, os.path.join(self.directory, dataset, split, name))
                 stored = info.st_size
                 raw = _read_fd(fd, stored) if stored <= size + ENTRY_HEADER.size + 1024 else b""
@@ -494,7 +499,7 @@ class SampleCache:
         if data is None:  # damaged, foreign or not ours: never returned
             self._count(dataset, "corrupt")
             self._count(dataset, "misses")
-            self._remove(folder, name, stored)
+            self._remove(folder, name, stored, identity)
             return None
         self._count(dataset, "hits")
         return data
@@ -581,7 +586,8 @@ class SampleCache:
             self._count(dataset, "refused")
             return False
         except (OSError, L3Error) as error:
-            self._cannot_write(error)
+            if not self._failed(error):
+                self._count(dataset, "refused")
             return False
         finally:
             if temp is not None and (counted or not inserted):  # else kept: the next opener recounts
@@ -597,6 +603,18 @@ class SampleCache:
             _write_atomic_at(folder, "about.json", json.dumps({"root": root}).encode(), self._layout)
         self._known.add(dataset)
 
+    def _failed(self, error: Exception) -> bool:
+        """True when the error turns the cache off for this process; a transient one (no space,
+        no descriptors) skips this access only, said once."""
+        if not (isinstance(error, OSError) and error.errno in TRANSIENT_ERRNOS):
+            self._cannot_write(error)
+            return True
+        if not self._warned_transient:
+            warnings.warn(f"l3codec cache {self.directory}: {error.strerror}; this access skipped, "
+                          "later ones are tried again", RuntimeWarning, stacklevel=3)
+            self._warned_transient = True
+        return False
+
     def _cannot_write(self, error: Exception) -> None:
         """Said once per process; then reads go to the source (an untrusted folder inside the cache
         included: refused, as the directory itself is when the cache is made)."""
@@ -606,10 +624,11 @@ class SampleCache:
                           "samples are read from the source", RuntimeWarning, stacklevel=4)
         self._writable = False
 
-    def _remove(self, folder: int, name: str, size: int) -> None:
+    def _remove(self, folder: int, name: str, size: int, identity) -> None:
+        """Unlink the damaged entry that was read, not one another process put there since."""
         try:
             with self._locked():
-                if _unlink_at(folder, name):
+                if identity is not None and _identity_at(folder, name) == identity and _unlink_at(folder, name):
                     self._set_usage(self._usage() - size)
         except (OSError, TimeoutError):
             pass
@@ -905,6 +924,18 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def _identity(info: os.stat_result) -> tuple:
+    return info.st_dev, info.st_ino
+
+
+def _identity_at(folder: int, name: str):
+    """The entry's identity (a link's own, never its target's), or None when it is gone."""
+    try:
+        return _identity(os.stat(name, dir_fd=folder, follow_symlinks=False))
+    except OSError:
+        return None
 
 
 def _unlink_at(folder: int, name: str) -> bool:

@@ -306,6 +306,60 @@ def test_an_entry_copied_to_another_split_or_field_is_refused(dataset, tmp_path)
     assert not (folder / "val" / "0.image").exists()  # removed, and read from the source again
 
 
+def test_a_damaged_entry_replaced_by_another_process_before_its_removal_is_kept(dataset, tmp_path, monkeypatch):
+    """Between reading a damaged entry and unlinking it, another process may have put a good one
+    under the same name: the removal must not take that one (nor count its size twice)."""
+    import l3codec.cache as cache_module
+
+    local = open_dataset(dataset, "train")
+    cache = SampleCache(tmp_path / "c", "10MB")
+    data, other = local.read(0, "image"), SampleCache(tmp_path / "c", "10MB")
+    size = len(data)
+    assert cache.put(local.dataset_id, "train", 0, "image", data)
+    entry = tmp_path / "c" / local.dataset_id / "train" / "0.image"
+    good = entry.read_bytes()
+    entry.write_bytes(good[:-1] + bytes([good[-1] ^ 1]))  # damaged
+    judge = cache_module._entry_data
+
+    def judged_then_replaced(raw, *args):
+        verdict = judge(raw, *args)
+        entry.unlink()  # the other process: its insert of the same member lands now
+        assert other.put(local.dataset_id, "train", 0, "image", data)
+        return verdict
+
+    monkeypatch.setattr(cache_module, "_entry_data", judged_then_replaced)
+    assert cache.get(local.dataset_id, "train", 0, "image", size) is None  # the damaged one: a miss
+    monkeypatch.setattr(cache_module, "_entry_data", judge)
+    assert entry.read_bytes() == good  # the other process's entry stays
+    assert cache.get(local.dataset_id, "train", 0, "image", size).tobytes() == data.tobytes()
+
+
+def test_a_full_disk_skips_one_insert_and_later_ones_are_made(dataset, tmp_path, monkeypatch):
+    import errno
+
+    import l3codec.cache as cache_module
+
+    local = open_dataset(dataset, "train")
+    cache = SampleCache(tmp_path / "c", "10MB")
+    write = cache_module._write_temp
+    calls = []
+
+    def full_once(*args):
+        calls.append(1)
+        if len(calls) == 1:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return write(*args)
+
+    monkeypatch.setattr(cache_module, "_write_temp", full_once)
+    with pytest.warns(RuntimeWarning, match="No space left on device; this access skipped"):
+        assert not cache.put(local.dataset_id, "train", 0, "image", local.read(0, "image"))
+    assert cache.put(local.dataset_id, "train", 1, "image", local.read(1, "image"))
+    assert cache.put(local.dataset_id, "train", 0, "image", local.read(0, "image"))
+    cache.flush_counters()
+    counts = cache.stats()["datasets"][local.dataset_id]
+    assert (counts["refused"], counts["inserts"]) == (1, 2)
+
+
 # -- 9: bad reads never enter ------------------------------------------------------------------------
 def test_a_source_read_that_fails_its_check_once_is_read_again_and_never_cached(dataset, tmp_path):
     local = open_dataset(dataset, "train")
