@@ -628,7 +628,8 @@ class SampleCache:
         """Unlink the damaged entry that was read, not one another process put there since."""
         try:
             with self._locked():
-                if identity is not None and _identity_at(folder, name) == identity and _unlink_at(folder, name):
+                still_it = identity is not None and _identity_at(folder, name) == identity
+                if still_it and _unlink_at(folder, name):
                     self._set_usage(self._usage() - size)
         except (OSError, TimeoutError):
             pass

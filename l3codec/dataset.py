@@ -19,6 +19,7 @@ import json
 import os
 import re
 import tarfile
+import threading
 import time
 
 import numpy as np
@@ -443,8 +444,8 @@ class DatasetLocation:
                 from fsspec.asyn import sync
 
                 got = sync(fs.loop, _fetch_concurrently, fs, batch, self.timeout, self.max_in_flight)
-            else:  # a filesystem without coroutines: one at a time, as long as it takes
-                got = [_range_or_error(fs, *r) for r in batch]
+            else:
+                got = _fetch_in_threads(fs, batch, self.timeout, self.max_in_flight)
             failed = []
             for k, (url, start, end), data in zip(pending, batch, got):
                 wanted = None if start is None else end - start
@@ -736,6 +737,26 @@ def _range_or_error(fs, url, start, end):
         return fs.cat_file(url, start=start, end=end)
     except Exception as error:  # noqa: BLE001 - returned to be retried and reported
         return error
+
+
+def _fetch_in_threads(fs, ranges: list, timeout: float, limit: int) -> list:
+    """A filesystem without coroutines: its bytes (or exception) for each (url, start, end), in
+    waves of at most limit threads, each wave waited for at most timeout seconds; a request still
+    unanswered gives TimeoutError (its thread cannot be stopped: a daemon, left to end alone)."""
+    results = [TimeoutError()] * len(ranges)
+
+    def fetch(k, url, start, end):
+        results[k] = _range_or_error(fs, url, start, end)
+
+    for first in range(0, len(ranges), limit):
+        wave = [threading.Thread(target=fetch, args=(k, *ranges[k]), daemon=True, name="l3-remote-read")
+                for k in range(first, min(first + limit, len(ranges)))]
+        for thread in wave:
+            thread.start()
+        deadline = time.monotonic() + timeout
+        for thread in wave:
+            thread.join(max(0.0, deadline - time.monotonic()))
+    return list(results)
 
 
 async def _fetch_concurrently(fs, ranges: list, timeout: float, limit: int) -> list:

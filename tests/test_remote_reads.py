@@ -168,3 +168,39 @@ def test_lost_and_wrong_s3_endpoints_give_one_l3error_naming_url_and_range(datas
         open_dataset("s3://lost/l3", "train", storage_options=server.options(wrong, skip_instance_cache=True),
                      timeout=TIMEOUT_S, retries=1)
     assert time.monotonic() - started < 10
+
+
+def test_a_filesystem_without_coroutines_is_bounded_by_the_timeout_too(dataset):
+    """A synchronous fsspec filesystem (sftp, hdfs, a user's own) used to be read one range at a
+    time 'as long as it takes': a stalled request now gives the same L3Error as an async one."""
+    fsspec = pytest.importorskip("fsspec")
+    from fsspec.implementations.local import LocalFileSystem
+
+    stalled = threading.Event()
+
+    class StallingFileSystem(LocalFileSystem):
+        protocol = "l3stall"
+
+        def cat_file(self, path, start=None, end=None, **kwargs):
+            if stalled.is_set():
+                time.sleep(5)
+            return super().cat_file(path, start=start, end=end, **kwargs)
+
+        @classmethod
+        def _strip_protocol(cls, path):
+            return super()._strip_protocol(str(path).removeprefix("l3stall://"))
+
+    fsspec.register_implementation("l3stall", StallingFileSystem, clobber=True)
+    local = open_dataset(dataset, "train")
+    remote = open_dataset(f"l3stall://{dataset}", "train", timeout=0.3, retries=1)
+    assert not getattr(remote._filesystem(), "async_impl", False)
+    wanted = [(i, "image") for i in range(6)]
+    expected = [local.read(i, "image").tobytes() for i, _ in wanted]
+    assert [g.tobytes() for g in remote.read_many(wanted)] == expected
+    stalled.set()
+    started = time.monotonic()
+    with pytest.raises(L3Error, match=r"shard-000000\.tar: bytes 0-\d+: no answer within 0.3 s "
+                                      r"\(after 2 attempts\)$"):
+        remote.read(0, "image")
+    assert time.monotonic() - started < 2  # two 0.3 s waits and a 0.2 s pause, not 2 x 5 s
+    stalled.clear()
