@@ -29,9 +29,11 @@ On disk (one directory per cache; any filesystem, /dev/shm for memory):
     DIR/<dataset id>/            id: the first 16 hex digits of SHA-256 of the dataset's manifest
         about.json               the dataset's root, for `l3 cache`
         <split>/<n>.<field>      one member of sample n: a header, then its bytes
-        counters-<pid>.json      hits, misses, inserts, refusals of one live process
+        counters-<owner>.json    hits, misses, inserts, refusals of one live process
         counters.json            the sums of processes that ended
-        .tmp-<pid>-<random>      an insert being written, linked into place once complete
+        .tmp-<owner>-<random>    an insert being written, linked into place once complete
+    owner: <pid>@<namespace>, the namespace a hash of the boot and the pid namespace, so that
+    processes of other containers sharing the folder are never judged by a pid of this one's
 
     entry header (little-endian), then the split's and the field's names (UTF-8):
     +--------+--------+------------+----------------+--------------+-----------+-----------+
@@ -54,7 +56,9 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import functools
 import grp
+import hashlib
 import json
 import os
 import secrets
@@ -81,6 +85,9 @@ FULL_RECHECK_S = 1.0  # MinIO usage only grows until a clear: a member that did 
 SOURCE_READS = 3  # reads of a member whose bytes fail their check before it is returned uncached
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # O_NONBLOCK: a FIFO planted as an entry or a cache file opens at once, then fails fstat's S_ISREG
+# a file of a process in another pid namespace (a container sharing the folder) is left alone
+# while younger than this: its pid cannot be checked from here
+FOREIGN_OWNER_STALE_S = 24 * 3600.0
 # errors that pass (a full disk, too many open files): one access skipped, the cache stays on
 TRANSIENT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EMFILE, errno.ENFILE, errno.ENOMEM,
                               errno.EAGAIN, errno.EINTR, errno.EBUSY})
@@ -104,8 +111,6 @@ def parse_bytes(text) -> int:
 
 
 def dataset_id(manifest_bytes: bytes) -> str:
-    import hashlib
-
     return hashlib.sha256(manifest_bytes).hexdigest()[:16]
 
 
@@ -377,7 +382,7 @@ class SampleCache:
         self._own_process()
         for dataset, counts in self._counts.items():
             try:
-                _write_atomic_at(self._dir(dataset), f"counters-{self._pid}.json", json.dumps(counts).encode(),
+                _write_atomic_at(self._dir(dataset), f"counters-{_owner()}.json", json.dumps(counts).encode(),
                                  self._layout)
             except (OSError, L3Error):
                 pass  # counters are informative; a cache that cannot take them still serves reads
@@ -432,7 +437,7 @@ class SampleCache:
         folded into counters.json."""
         root = self._root_fd
         with _Lock(root, CLEAN_UP_WAIT_S):  # busy (a stopped holder?): the next process to open it cleans up
-            stale = [name for name in _listdir(root) if _stale_temp(name)]
+            stale = [name for name in _listdir(root) if _stale_temp(root, name)]
             for name in stale:
                 _unlink_at(root, name)
             recount = _read_optional(root, "usage", self._layout, self.directory) is None
@@ -442,7 +447,7 @@ class SampleCache:
                 except L3Error:  # not trusted: left alone, as lookups leave it
                     continue
                 for name in _listdir(folder):
-                    if _stale_temp(name):
+                    if _stale_temp(folder, name):
                         recount |= _unlink_at(folder, name)
                 self._fold_counters(folder)
             if recount:
@@ -450,7 +455,7 @@ class SampleCache:
 
     def _fold_counters(self, folder: int) -> None:
         ended = [name for name in _listdir(folder) if name.startswith("counters-") and name.endswith(".json")
-                 and not _pid_alive(_number(name[len("counters-"):-len(".json")]))]
+                 and _owner_ended(name[len("counters-"):-len(".json")], folder, name)]
         if not ended:
             return
         totals = _counts_of(_read_optional(folder, "counters.json", self._layout, self.directory) or {})
@@ -481,26 +486,32 @@ class SampleCache:
             if error.errno != errno.ELOOP:
                 self._count(dataset, "misses")
                 return None
-            fd, raw = None, b""  # a symbolic link where an entry belongs: removed, never followed
-        stored, identity = 0, _identity_at(folder, name)
-        if fd is not None:
+            try:  # a symbolic link where an entry belongs: removed, never followed
+                fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=folder)
+            except OSError:
+                self._count(dataset, "misses")
+                return None
+        # fd stays open until the entry is judged (and removed if damaged): while it is held, its
+        # inode cannot be reused by an entry another process puts in its place meanwhile
+        try:
+            stored, raw = 0, b""
             try:
-                identity = _identity(os.fstat(fd))
-                info = self._layout.check_file(fd, os.path.join(self.directory, dataset, split, name))
-                stored = info.st_size
-                raw = _read_fd(fd, stored) if stored <= size + ENTRY_HEADER.size + 1024 else b""
-                if self.policy == "lru" and raw:
-                    os.utime(fd)  # the entry's last use, for eviction
+                if stat.S_ISREG(os.fstat(fd).st_mode):
+                    info = self._layout.check_file(fd, os.path.join(self.directory, dataset, split, name))
+                    stored = info.st_size
+                    raw = _read_fd(fd, stored) if stored <= size + ENTRY_HEADER.size + 1024 else b""
+                    if self.policy == "lru" and raw:
+                        os.utime(fd)  # the entry's last use, for eviction
             except (OSError, L3Error):
                 raw = b""
-            finally:
-                os.close(fd)
-        data = _entry_data(raw, dataset, split, index, field, size)
-        if data is None:  # damaged, foreign or not ours: never returned
-            self._count(dataset, "corrupt")
-            self._count(dataset, "misses")
-            self._remove(folder, name, stored, identity)
-            return None
+            data = _entry_data(raw, dataset, split, index, field, size)
+            if data is None:  # damaged, foreign or not ours: never returned
+                self._count(dataset, "corrupt")
+                self._count(dataset, "misses")
+                self._remove(folder, name, stored, fd)
+                return None
+        finally:
+            os.close(fd)
         self._count(dataset, "hits")
         return data
 
@@ -624,12 +635,12 @@ class SampleCache:
                           "samples are read from the source", RuntimeWarning, stacklevel=4)
         self._writable = False
 
-    def _remove(self, folder: int, name: str, size: int, identity) -> None:
-        """Unlink the damaged entry that was read, not one another process put there since."""
+    def _remove(self, folder: int, name: str, size: int, held: int) -> None:
+        """Unlink the damaged entry that was read (held: its open descriptor), not one another
+        process put there since."""
         try:
             with self._locked():
-                still_it = identity is not None and _identity_at(folder, name) == identity
-                if still_it and _unlink_at(folder, name):
+                if _identity_at(folder, name) == _identity(os.fstat(held)) and _unlink_at(folder, name):
                     self._set_usage(self._usage() - size)
         except (OSError, TimeoutError):
             pass
@@ -861,7 +872,7 @@ def _read_json_at(folder: int, name: str, layout: _Layout, where: str):
 def _write_temp(folder: int, data, layout: _Layout) -> str:
     """A new temporary file in folder holding data (bytes, or a list of buffers written in order):
     created O_EXCL | O_NOFOLLOW, named by the pid."""
-    name = f".tmp-{os.getpid()}-{secrets.token_hex(6)}"
+    name = f".tmp-{_owner()}-{secrets.token_hex(6)}"
     fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, layout.file_mode,
                  dir_fd=folder)
     try:
@@ -902,10 +913,38 @@ def _scandir(fd: int) -> list:
         return []
 
 
-def _stale_temp(name: str) -> bool:
-    if not name.startswith(".tmp-"):
+def _stale_temp(folder: int, name: str) -> bool:
+    return name.startswith(".tmp-") and _owner_ended(name.split("-")[1], folder, name)
+
+
+@functools.lru_cache(maxsize=1)
+def _namespace() -> str:
+    """This boot's and pid namespace's tag: pids mean something only within one."""
+    parts = []
+    for read in (lambda: open("/proc/sys/kernel/random/boot_id").read().strip(),
+                 lambda: os.readlink("/proc/self/ns/pid")):
+        try:
+            parts.append(read())
+        except OSError:
+            parts.append("?")
+    return hashlib.blake2s("/".join(parts).encode(), digest_size=4).hexdigest()
+
+
+def _owner() -> str:
+    return f"{os.getpid()}@{_namespace()}"
+
+
+def _owner_ended(owner: str, folder: int, name: str) -> bool:
+    """Whether the process that named a file (owner: pid@namespace, or a bare pid from before
+    namespaces were named) has ended: by its pid in this namespace, by age in another."""
+    pid, _, namespace = owner.partition("@")
+    if not namespace or namespace == _namespace():
+        return not _pid_alive(_number(pid))
+    try:
+        age = time.time() - os.stat(name, dir_fd=folder, follow_symlinks=False).st_mtime
+    except OSError:
         return False
-    return not _pid_alive(_number(name.split("-")[1]))
+    return age > FOREIGN_OWNER_STALE_S
 
 
 def _number(text: str) -> int:

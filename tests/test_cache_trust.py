@@ -409,6 +409,34 @@ def test_a_remote_member_damaged_at_its_source_is_not_cached_and_read_whole_once
         server.close()
 
 
+def test_files_of_a_process_in_another_pid_namespace_are_judged_by_age_not_by_a_pid_of_ours(dataset, tmp_path):
+    """A cache folder shared by containers: a pid written by another pid namespace names nothing
+    here (dead here, it may be writing there), so its temporaries and counters stay for a day."""
+    import l3codec.cache as cache_module
+
+    directory = tmp_path / "c"
+    local = open_dataset(dataset, "train")
+    cache = SampleCache(directory, "10MB")
+    assert cache.put(local.dataset_id, "train", 0, "image", local.read(0, "image"))
+    folder = directory / local.dataset_id
+    dead = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                              text=True, check=True).stdout)
+    foreign = "0badf00d" if cache_module._namespace() != "0badf00d" else "0badf00e"
+    writing = folder / f".tmp-{dead}@{foreign}-0123456789ab"  # its insert, being written there
+    counting = folder / f"counters-{dead}@{foreign}.json"
+    abandoned = folder / f".tmp-{dead}@{foreign}-ba9876543210"
+    ours_dead = folder / f".tmp-{dead}@{cache_module._namespace()}-00aa00aa00aa"
+    for path in (writing, counting, abandoned, ours_dead):
+        path.write_bytes(b"{}")
+    two_days_ago = time.time() - 2 * 24 * 3600
+    os.utime(abandoned, (two_days_ago, two_days_ago))
+
+    SampleCache(directory, "10MB")  # the next process to open the cache cleans up
+    assert writing.exists() and counting.exists()
+    assert not abandoned.exists() and not ours_dead.exists()
+    assert not (folder / "counters.json").exists()  # the foreign counters not folded while it may run
+
+
 # -- 10: what killed jobs leave -------------------------------------------------------------------
 KILLED_INSIDE_USAGE = textwrap.dedent("""
     import os, sys, time
