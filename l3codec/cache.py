@@ -920,14 +920,16 @@ def _stale_temp(folder: int, name: str) -> bool:
 @functools.lru_cache(maxsize=1)
 def _namespace() -> str:
     """This boot's and pid namespace's tag: pids mean something only within one."""
-    parts = []
-    for read in (lambda: open("/proc/sys/kernel/random/boot_id").read().strip(),
-                 lambda: os.readlink("/proc/self/ns/pid")):
-        try:
-            parts.append(read())
-        except OSError:
-            parts.append("?")
-    return hashlib.blake2s("/".join(parts).encode(), digest_size=4).hexdigest()
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as boot:
+            boot_id = boot.read().strip()
+    except OSError:
+        boot_id = "?"
+    try:
+        pid_namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        pid_namespace = "?"
+    return hashlib.blake2s(f"{boot_id}/{pid_namespace}".encode(), digest_size=4).hexdigest()
 
 
 def _owner() -> str:

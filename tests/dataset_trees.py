@@ -97,3 +97,13 @@ def imagenet_tree(root, *, seed=0, wnids=("n01440764", "n01443537"), per_class=2
     with open(os.path.join(root, "LOC_synset_mapping.txt"), "w") as file:
         file.write("".join(f"{wnid} class {i}, a name\n" for i, wnid in enumerate(wnids)))
     return expected
+
+
+def converted_folder(root, samples: int, **options):
+    """A folder tree of `samples` images (two classes) under root/src, converted to root/l3
+    in this process (workers=0); options go to convert. Returns root/l3."""
+    from l3codec.converters import convert
+
+    folder_tree(root / "src", per_class=samples // 2)
+    convert("folder", root / "src", root / "l3", workers=0, progress=False, **options)
+    return root / "l3"

@@ -19,7 +19,7 @@ from l3codec.cli import main as l3
 from l3codec.converters import convert
 from l3codec.dataset import open_dataset
 
-from dataset_trees import folder_tree
+from dataset_trees import converted_folder, folder_tree
 from s3_server import S3Server
 
 SAMPLES = 24
@@ -27,10 +27,7 @@ SAMPLES = 24
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
-    root = tmp_path_factory.mktemp("cache-src")
-    folder_tree(root / "src", per_class=SAMPLES // 2)
-    convert("folder", root / "src", root / "l3", workers=0, progress=False)
-    return root / "l3"
+    return converted_folder(tmp_path_factory.mktemp("cache-src"), SAMPLES)
 
 
 def member_bytes(reader) -> np.ndarray:

@@ -23,14 +23,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from dataset_trees import converted_folder
 
 from l3codec import L3Error
 from l3codec.cache import SampleCache, cache_report
 from l3codec.cli import main as l3
-from l3codec.converters import convert
 from l3codec.dataset import open_dataset, shard_name
-
-from dataset_trees import folder_tree
 
 SAMPLES = 12
 NOBODY = 65534
@@ -43,10 +41,7 @@ needs_root = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
-    root = tmp_path_factory.mktemp("cache-trust-src")
-    folder_tree(root / "src", per_class=SAMPLES // 2)
-    convert("folder", root / "src", root / "l3", workers=0, progress=False)
-    return root / "l3"
+    return converted_folder(tmp_path_factory.mktemp("cache-trust-src"), SAMPLES)
 
 
 @pytest.fixture

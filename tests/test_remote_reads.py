@@ -8,14 +8,12 @@ import time
 
 import numpy as np
 import pytest
+from dataset_trees import converted_folder
+from s3_server import S3Server
 
-from l3codec.converters import convert
 from l3codec.dataset import open_dataset
 from l3codec.format import L3Error
 from l3codec.netsim import LatencyProxy, RangeServer
-
-from dataset_trees import folder_tree
-from s3_server import S3Server
 
 pytestmark = pytest.mark.processes
 
@@ -24,10 +22,7 @@ SAMPLES = 24
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
-    root = tmp_path_factory.mktemp("remote-src")
-    folder_tree(root / "src", per_class=SAMPLES // 2)
-    convert("folder", root / "src", root / "l3", workers=0, shard_size="8kB", progress=False)
-    return root / "l3"
+    return converted_folder(tmp_path_factory.mktemp("remote-src"), SAMPLES, shard_size="8kB")
 
 
 @pytest.fixture(scope="module")
