@@ -556,15 +556,57 @@ def packed_views(layout: PackedLayout, launches, buffer, /, int64_type=np.int64)
     return data, starts, ends, tables, expansions
 
 
+# ---------------------------------------------------------------- sizing rules (staging sizes its buffers by them)
+
+def tile_tasks(mode: int, tile_rows) -> np.ndarray:
+    """Tasks (GPU blocks) of tiles of tile_rows rows: one per tile; in compact mode one per band of
+    fmt.COMPACT_BAND_ROWS rows, each decoded by a block of its own."""
+    tile_rows = np.asarray(tile_rows, np.int64)
+    if mode == fmt.MODE_COMPACT:
+        return -(-tile_rows // fmt.COMPACT_BAND_ROWS)
+    return np.ones_like(tile_rows)
+
+
+def table_bytes(items, streams, tasks, expansions):
+    """Bytes of the launch tables write_packed puts after a batch's data: two int64 per stream
+    (starts, ends), a record per item, per task and per LZ expansion."""
+    return (2 * 8 * np.asarray(streams) + ITEM_DTYPE.itemsize * np.asarray(items)
+            + TASK_DTYPE.itemsize * np.asarray(tasks) + EXPANSION_DTYPE.itemsize * np.asarray(expansions))
+
+
+def most_streams(file_size, height, width, channels) -> np.ndarray:
+    """The most streams a file of this size and shape can hold, whatever its mode and tiles: each
+    stream has a byte at least beside its table entry, and a tile is at least MIN_TILE_WIDTH wide
+    and as tall as the lowest tile height of any mode."""
+    lowest = min(mode.tile_heights.start for mode in fmt.MODE_SPECS.values())
+    tiles = -(-np.asarray(height, np.int64) // lowest) * -(-np.asarray(width, np.int64) // fmt.MIN_TILE_WIDTH)
+    return np.minimum(np.asarray(file_size, np.int64) // (1 + fmt.STREAM_END_DTYPE.itemsize),
+                      tiles * np.asarray(channels, np.int64))
+
+
+def most_tasks(height, width, streams) -> np.ndarray:
+    """The most tasks (tile_tasks) of an item of this shape and stream count in any mode: fast one per
+    tile (at most one per stream); compact one per band, so per column of tiles one per COMPACT_BAND_ROWS
+    rows and at most COMPACT_MAX_TILE_HEIGHT // COMPACT_BAND_ROWS per tile."""
+    streams = np.asarray(streams, np.int64)
+    bands_per_tile = fmt.COMPACT_MAX_TILE_HEIGHT // fmt.COMPACT_BAND_ROWS
+    band_rows = -(-np.asarray(height, np.int64) // fmt.COMPACT_BAND_ROWS)
+    bands = np.minimum(bands_per_tile * streams, band_rows * -(-np.asarray(width, np.int64) // fmt.MIN_TILE_WIDTH))
+    return np.maximum(streams, bands)
+
+
+def most_table_bytes(file_size, height, width, channels) -> np.ndarray:
+    """The most launch-table bytes (table_bytes) one item of this file size and shape adds to a packed
+    batch: at most an LZ expansion per stream."""
+    streams = most_streams(file_size, height, width, channels)
+    return table_bytes(1, streams, most_tasks(height, width, streams), streams)
+
+
 def _tasks(plan: ItemPlan, local: int, mode: int) -> np.ndarray:
     """TASK_DTYPE records of the plan's tiles: one per tile, or in compact mode one per band of
     fmt.COMPACT_BAND_ROWS rows (every band of a tile the region touches: the CPU decodes whole tiles too)."""
-    info = plan.info
     tile_y, tile_x = plan.tiles[:, 0], plan.tiles[:, 1]
-    bands = np.ones(len(tile_y), np.int64)
-    if mode == fmt.MODE_COMPACT:
-        rows = info.tile_rows(tile_y)
-        bands = -(-rows // fmt.COMPACT_BAND_ROWS)
+    bands = tile_tasks(mode, plan.info.tile_rows(tile_y))
     tasks = np.zeros(int(bands.sum()), TASK_DTYPE)
     tasks["item"] = local
     tasks["tile_y"], tasks["tile_x"] = np.repeat(tile_y, bands), np.repeat(tile_x, bands)
