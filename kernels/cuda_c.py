@@ -120,7 +120,7 @@ KERNELS = {
 }
 
 
-# The LZ streams' expansion into raw streams, launched before the decode kernels (batch.py):
+# The LZ streams' expansion into raw streams, launched before the decode kernels (l3codec/lz_stage.py):
 #     l3_expand_lz(uint8* data, const L3Expansion* expansions, int64 count, int32* status)
 # a warp per expansion, LZ_WARPS_PER_BLOCK warps per block.
 EXPAND_SOURCE, EXPAND_KERNEL = "lz.cu", "l3_expand_lz"

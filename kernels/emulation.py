@@ -401,9 +401,10 @@ def aligned_full(size: int, value: int, alignment: int = 256) -> np.ndarray:
 def with_scratch(batch) -> tuple:
     """(the batch's bytes followed by room for its expanded LZ streams, the room's offset): the
     scratch area after the data, 8-byte aligned, as on a device (batch.packed_layout puts it after
-    the tables); no padding at all when the batch expands nothing."""
-    scratch = -(-batch.data.size // 8) * 8 if batch.scratch_size else batch.data.size
-    padded = np.zeros(scratch + batch.scratch_size, np.uint8)
+    the tables); no padding at all when the batch has no LZ stage."""
+    scratch_size = 0 if batch.lz is None else batch.lz.scratch_size
+    scratch = -(-batch.data.size // 8) * 8 if scratch_size else batch.data.size
+    padded = np.zeros(scratch + scratch_size, np.uint8)
     padded[:batch.data.size] = batch.data
     return padded, scratch
 

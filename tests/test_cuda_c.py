@@ -22,7 +22,7 @@ from l3codec.kernels.emulation import (
 from images import make_image
 from stream_census import fast_census, plane_streams, stream_census
 from l3codec import batch as l3batch
-from l3codec import cpu, fast, huffman, lz
+from l3codec import cpu, fast, huffman, lz, lz_stage
 from l3codec import format as fmt
 from l3codec.kernels import cuda_c, emulation
 
@@ -731,7 +731,7 @@ def test_launch_helper_with_a_fake_cupy(monkeypatch):
     ]
     regions = [(3, 4000, 10, 90), None, (1, 2, 5, 20)]
     batch = l3batch.prepare(files, regions)
-    assert not len(batch.expansions)  # the decode kernels alone (test_lz_expansion_helper_with_a_fake_cupy: with LZ)
+    assert batch.lz is None  # the decode kernels alone (test_lz_expansion_helper_with_a_fake_cupy: with LZ)
     data = _FakeCupy.Array(batch.data)
     starts, ends = _FakeCupy.Array(batch.stream_starts), _FakeCupy.Array(batch.stream_ends)
     out = _FakeCupy.Array(np.zeros(batch.out_size, np.uint8))
@@ -766,13 +766,13 @@ def test_lz_expansion_helper_with_a_fake_cupy(monkeypatch):
         damaged[lz_start + 1 + huffman.BITMAP_BYTES] = 0  # the first literal's code length: 0
     files.append(reseal(bytes(damaged)))
     batch = l3batch.prepare(files, [None, (3, 5, 20, 100), (9, 30, 25, 80), None])
-    assert {int(item) for item in batch.expansions["status_index"]} == {0, 1, 2, 3}
-    assert set(batch.expansions["channels"].tolist()) == {1, 3}
+    assert {int(item) for item in batch.lz.records["status_index"]} == {0, 1, 2, 3}
+    assert set(batch.lz.records["channels"].tolist()) == {1, 3}
     padded, scratch = emulation.with_scratch(batch)
     data = _FakeCupy.Array(padded)
     starts, ends, expansions = l3batch.expanded_tables(batch, scratch)
     status = _FakeCupy.zeros(len(files), np.int32)
-    columns = len(l3batch.EXPANSION_DTYPE.names)
+    columns = len(lz_stage.EXPANSION_DTYPE.names)
     cuda_c.launch_expand(data, _FakeCupy.Array(expansions.view(np.int64).reshape(-1, columns)), status)
     out = _FakeCupy.Array(np.zeros(batch.out_size, np.uint8))
     for launch in batch.launches:
@@ -861,7 +861,7 @@ def test_real_gpu_matches_cpu():
     )
     regions.append((5, 4000, 30, 200))
     batch = l3batch.prepare(files, regions)
-    assert batch.scratch_size  # the labels items have LZ planes: the expansion runs first
+    assert batch.lz.scratch_size  # the labels items have LZ planes: the expansion runs first
     padded, scratch = emulation.with_scratch(batch)
     host_starts, host_ends, host_expansions = l3batch.expanded_tables(batch, scratch)
     data = cupy.asarray(padded)
