@@ -273,7 +273,8 @@ def test_the_lz_stage_changes_the_kernels_stream_tables_only_where_a_batch_has_l
     one, the kernels' tables (packed_views) differ from the items' own (packed_streams) exactly at the
     expanded streams, which then lie in the scratch area after the packed bytes."""
     plain = l3codec.encode(make_image("noise", 40, 64, 3, np.uint8, 1), mode="compact")
-    text = l3codec.encode(make_image("text", 40, 256, 1, np.uint8, 1), mode="fast", tile_width=256, tile_height=8)
+    text_image = make_image("text", 40, 256, 1, np.uint8, 1)
+    text = l3codec.encode(text_image, mode="fast", tile_width=256, tile_height=8)
     for files in ([plain, plain], [plain, text]):
         prepared = batching.prepare(files)
         layout = batching.packed_layout(prepared)
@@ -288,7 +289,8 @@ def test_the_lz_stage_changes_the_kernels_stream_tables_only_where_a_batch_has_l
             assert files == [plain, plain] and len(records) == 0 and data.size == prepared.data.size
             np.testing.assert_array_equal(starts, own_starts)
             continue
-        assert data.size == layout.size + prepared.lz.scratch_size and len(records) == len(prepared.lz.records)
+        assert data.size == layout.size + prepared.lz.scratch_size
+        assert len(records) == len(prepared.lz.records)
         moved = np.flatnonzero((starts != own_starts) | (ends != own_ends))
         np.testing.assert_array_equal(moved, np.sort(prepared.lz.streams))
         assert (starts[moved] >= layout.size).all() and (ends[moved] <= data.size).all()
