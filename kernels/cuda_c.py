@@ -13,13 +13,17 @@ item of the launch; it ends as batch.status_key of the item's first failing stre
 ``data`` at an 8-byte aligned address takes the word load path (any address works, slower);
 ``out`` must be 2-byte aligned when the launch holds 16-bit items.
 
+The constants the kernels share with the Python codec are not written in the .cu files: they come
+from l3codec's modules (and, for the kernels' own layout and launch sizes, from this module) through
+a header generated at compile time, :data:`CONSTANTS_HEADER` (:func:`constants_header`), which
+:func:`source_text` inlines for NVRTC and kernels/emulation.py writes beside its g++ build.
+
 This module imports without cupy; cupy is imported inside the functions that need it, and
 :func:`compile_report` needs only ``cuda.bindings`` (NVRTC).
 """
 
 from __future__ import annotations
 
-import functools
 import re
 import threading
 from collections.abc import Callable
@@ -28,6 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
+from l3codec import batch, compact, fast, huffman, lz4block, streams
+from l3codec import format as fmt
 from l3codec.format import MODE_COMPACT, MODE_FAST
 
 KERNEL_DIR = Path(__file__).resolve().parent
@@ -41,29 +47,67 @@ COMPILE_OPTIONS = ("-std=c++17",)
 REGISTER_BUDGET = 64
 
 
-def header_constants(path: Path = KERNEL_DIR / "l3_common.cuh") -> dict:
-    """{name: value} of the enumerators of l3_common.cuh (`NAME = expression,` inside `enum : int {...}`),
-    so that the host sizes its launches from the very numbers the kernels are compiled with."""
-    constants = {}
-    for body in re.findall(r"enum\s*:\s*int\s*\{(.*?)\}", path.read_text(), re.S):
-        body = re.sub(r"//[^\n]*", "", body)
-        for name, expression in re.findall(r"\b([A-Z][A-Z0-9_]*)\s*=\s*([^,]+)", body):
-            if not re.fullmatch(r"[A-Z0-9_\s*+<>()-]+", expression):
-                raise ValueError(f"{path.name}: cannot evaluate {name} = {expression}")
-            constants[name] = int(eval(expression, {"__builtins__": {}}, dict(constants)))  # noqa: S307
+# The kernels' own shared-memory layouts and launch sizes (l3_common.cuh, fast.cu and lz.cu describe them and
+# static_assert their structs against them); the host sizes launches by them.
+COMPACT_BAND_ROWS = fmt.COMPACT_BAND_ROWS
+COMPACT_HEADER_SHARED_BYTES = 64  # the TileWriter's slot
+# per channel: the sums and counts of the contexts x 32 rows (int), and the 32 row ends (int64)
+COMPACT_STATE_BYTES = 2 * compact.CONTEXTS * COMPACT_BAND_ROWS * 4 + COMPACT_BAND_ROWS * 8
+COMPACT_RING_MIN = fmt.MIN_TILE_WIDTH  # the narrowest tile's columns
+COMPACT_RING_MAX = 128  # columns staged at once; a wider tile is written in strips
+FAST_THREADS = 128  # a thread per group of the widest tile's row head (fast.cu asserts it)
+FAST_FIXED_BYTES = 1008  # sizeof(FastShared) rounded up to 16 (fast.cu asserts both)
+FAST_STAGE_BUDGET = 32768  # bytes of staged rows aimed at; at least 2 rows are staged
+LZ_WARPS_PER_BLOCK = 4  # l3_expand_lz: a warp per expansion
+LZ_SHARED_BYTES_PER_WARP = 9384  # sizeof(LzCodes): a warp's Huffman code tables (lz.cu asserts it)
+PALETTE_MAX_COLOURS = fmt.PALETTE_MAX_COLOURS  # a palette tile's colour table, in shared memory
+_LAUNCH_CONSTANTS = ("COMPACT_HEADER_SHARED_BYTES", "COMPACT_STATE_BYTES", "COMPACT_RING_MIN",
+                     "COMPACT_RING_MAX", "FAST_THREADS", "FAST_FIXED_BYTES", "FAST_STAGE_BUDGET",
+                     "LZ_WARPS_PER_BLOCK", "LZ_SHARED_BYTES_PER_WARP")
+
+CONSTANTS_HEADER = "l3_constants.cuh"  # generated: no such file in kernels/
+
+
+def kernel_constants() -> dict:
+    """{C name: (value, where it comes from)} of every constant the kernels take from Python, read
+    from the modules when called (so the compiled source follows an edited constant)."""
+    def from_module(module, names, prefix=""):  # C name: the prefix and the Python name
+        label = module.__name__.rpartition(".")[2]
+        return {prefix + name: (getattr(module, name), f"{label}.{name}") for name in names}
+
+    format_kinds = [name for name, value in vars(fmt).items() if type(value) is int
+                    and name.startswith(("KIND_", "STATUS_", "TRANSFORM_", "PALETTE_"))]
+    constants = {
+        **from_module(fmt, (*format_kinds, "COMPACT_BAND_ROWS", "MIN_TILE_WIDTH", "MAX_TILE_WIDTH")),
+        **from_module(batch, ("STATUS_CODE_BITS", "STATUS_BAND_BITS", "STATUS_RANK_LIMIT")),
+        **from_module(streams, ("PLANE_OWN", "PLANE_MEMBER")),
+        **from_module(compact, ("CONTEXTS", "INTERRUPT_CONTEXT", "UNARY_LIMIT", "RESET_COUNT",
+                                "INITIAL_COUNT", "ADAPT_CAP_SHIFT", "RUN_INDEX_MAX", "K_NIBBLE_BYTES")),
+        **from_module(compact, ("HEADER_BYTES",), "COMPACT_"),
+        **from_module(fast, ("GROUP_SIZE", "QSUM_BITS", "SPARSE_CODE", "POSITION_BITS", "PHASES",
+                             "FORM_SPARSE", "FORM_PACKED", "FORM_BITMAP", "FORM_RICE"), "FAST_"),
+        **from_module(lz4block, ("MIN_MATCH",), "LZ_"),
+        **from_module(huffman, ("TABLES", "LITERAL_TABLE", "TOKEN_TABLE", "OFFSET_LOW_TABLE",
+                                "OFFSET_HIGH_TABLE", "MAX_CODE_BITS", "BITMAP_BYTES", "SYMBOLS",
+                                "EXTENSION_BITS"), "LZ_"),
+        **{name: (globals()[name], f"cuda_c.{name}") for name in _LAUNCH_CONSTANTS},
+    }
+    for name, (value, _) in constants.items():
+        if not -(1 << 31) <= value < 1 << 31:
+            raise ValueError(f"{name} = {value} does not fit the kernels' int enumerators")
     return constants
 
 
-_KERNEL_CONSTANTS = header_constants()
-COMPACT_BAND_ROWS = _KERNEL_CONSTANTS["COMPACT_BAND_ROWS"]
-COMPACT_HEADER_SHARED_BYTES = _KERNEL_CONSTANTS["COMPACT_HEADER_SHARED_BYTES"]  # the TileWriter's slot
-# per channel: the sums and counts of 9 contexts x 32 rows, and the 32 row ends
-COMPACT_STATE_BYTES = _KERNEL_CONSTANTS["COMPACT_STATE_BYTES"]
-COMPACT_RING_MAX = _KERNEL_CONSTANTS["COMPACT_RING_MAX"]  # columns staged at once
-FAST_THREADS = _KERNEL_CONSTANTS["FAST_THREADS"]
-FAST_FIXED_BYTES = _KERNEL_CONSTANTS["FAST_FIXED_BYTES"]  # sizeof(FastShared)
-FAST_STAGE_BUDGET = _KERNEL_CONSTANTS["FAST_STAGE_BUDGET"]
-PALETTE_MAX_COLOURS = _KERNEL_CONSTANTS["PALETTE_MAX_COLOURS"]  # a palette tile's colour table, in shared memory
+def constants_header() -> str:
+    """The text of CONSTANTS_HEADER: kernel_constants() as enumerators of namespace l3 (enumerators,
+    not constexpr variables: NVRTC would emit those as device globals)."""
+    lines = ["// Generated by kernels/cuda_c.py (constants_header) from l3codec's Python modules.",
+             "#pragma once", "namespace l3 {", "enum : int {"]
+    lines += [f"    {name} = {value},  // {source}" for name, (value, source) in kernel_constants().items()]
+    lines += ["};", "}  // namespace l3", ""]
+    return "\n".join(lines)
+
+
 # above this a kernel must opt in (cudaFuncAttributeMaxDynamicSharedMemorySize)
 DEFAULT_SHARED_LIMIT = 48 * 1024
 
@@ -71,7 +115,7 @@ DEFAULT_SHARED_LIMIT = 48 * 1024
 def compact_ring_columns(tile_width):
     """Columns of the compact staging ring: the tile width rounded up to a power of two, at most 128."""
     tile_width = np.asarray(tile_width, np.int64)
-    ring = np.full(tile_width.shape, 16, np.int64)
+    ring = np.full(tile_width.shape, COMPACT_RING_MIN, np.int64)
     while np.any((ring < tile_width) & (ring < COMPACT_RING_MAX)):
         ring = np.where((ring < tile_width) & (ring < COMPACT_RING_MAX), ring * 2, ring)
     return ring
@@ -120,7 +164,7 @@ KERNELS = {
 }
 
 
-# The LZ streams' expansion into raw streams, launched before the decode kernels (batch.py):
+# The LZ streams' expansion into raw streams, launched before the decode kernels (l3codec/lz_stage.py):
 #     l3_expand_lz(uint8* data, const L3Expansion* expansions, int64 count, int32* status)
 # a warp per expansion, LZ_WARPS_PER_BLOCK warps per block.
 EXPAND_SOURCE, EXPAND_KERNEL = "lz.cu", "l3_expand_lz"
@@ -172,7 +216,12 @@ def _inline_includes(path: Path, included: set) -> str:
     for number, line in enumerate(path.read_text().splitlines(), 1):
         match = _LOCAL_INCLUDE.match(line)
         if match:
-            if match.group(1) not in included:
+            if match.group(1) == CONSTANTS_HEADER and CONSTANTS_HEADER not in included:
+                included.add(CONSTANTS_HEADER)
+                lines.append(f'#line 1 "{CONSTANTS_HEADER}"')
+                lines.append(constants_header().replace("#pragma once", ""))
+                lines.append(f'#line {number + 1} "{path}"')
+            elif match.group(1) not in included:
                 lines.append(_inline_includes(KERNEL_DIR / match.group(1), included))
                 lines.append(f'#line {number + 1} "{path}"')
             else:
@@ -304,18 +353,11 @@ def launch(launch, data, stream_starts, stream_ends, out, status, *, stream=None
         kernel((task_count,), block_shape(launch), args, shared_mem=shared)
 
 
-@functools.lru_cache(maxsize=1)
-def expand_constants() -> dict:
-    """lz.cu's enumerators, parsed once a process (expand_grid runs once a batch)."""
-    return header_constants(KERNEL_DIR / EXPAND_SOURCE)
-
-
 def expand_grid(count: int) -> tuple:
     """(grid, block, dynamic shared bytes) of l3_expand_lz for `count` expansions: a warp each, and
     each warp's codes for a Huffman-coded stream."""
-    constants = expand_constants()
-    warps = constants["LZ_WARPS_PER_BLOCK"]
-    return (-(-count // warps),), (32 * warps,), warps * constants["LZ_SHARED_BYTES_PER_WARP"]
+    warps = LZ_WARPS_PER_BLOCK
+    return (-(-count // warps),), (32 * warps,), warps * LZ_SHARED_BYTES_PER_WARP
 
 
 def launch_expand(data, expansions, status, *, stream=None):

@@ -57,12 +57,14 @@ def cache_dir() -> Path:
 
 def build_library(name: str, sources, generated=None, *, kernel_flags=()) -> ctypes.CDLL:
     """Compile C++/CUDA sources (paths) plus generated sources ({filename: text}) into a shared
-    library with the emulation header forced in, and load it; cached by content hash.
-    kernel_flags are added for the .cu units only (TRAFFIC_FLAGS: not for the shim, whose
-    emulator code must not count itself)."""
+    library with the emulation header forced in, and load it; cached by content hash. The kernels'
+    generated constants header (cuda_c.CONSTANTS_HEADER, the text NVRTC gets) is written beside the
+    build and found through -I. kernel_flags are added for the .cu units only (TRAFFIC_FLAGS: not for
+    the shim, whose emulator code must not count itself)."""
     sources = [Path(p) for p in sources]
     generated = dict(generated or {})
-    digest = hashlib.sha256()
+    constants = cuda_c.constants_header()
+    digest = hashlib.sha256(constants.encode())
     for part in (CXX, *CXXFLAGS, *kernel_flags, EMULATION_HEADER.read_text(), name):
         digest.update(part.encode())
     for path in sources:
@@ -75,6 +77,10 @@ def build_library(name: str, sources, generated=None, *, kernel_flags=()) -> cty
     library = directory / f"lib{name}.so"
     if not library.exists():
         directory.mkdir(parents=True, exist_ok=True)
+        header = directory / cuda_c.CONSTANTS_HEADER
+        temporary_header = directory / f"{cuda_c.CONSTANTS_HEADER}.{os.getpid()}"
+        temporary_header.write_text(constants)
+        os.replace(temporary_header, header)  # whole, for a concurrent build of the same digest
         units = list(sources)
         for filename, text in generated.items():
             path = directory / filename
@@ -89,6 +95,7 @@ def build_library(name: str, sources, generated=None, *, kernel_flags=()) -> cty
                 *(kernel_flags if unit.suffix == ".cu" else ()),
                 "-include",
                 str(EMULATION_HEADER),
+                f"-I{directory}",
                 f"-I{KERNEL_DIR}",
                 "-x",
                 "c++",
@@ -174,6 +181,12 @@ extern "C" long long l3emu_compact_shared_bytes(long long channels, long long ti
 extern "C" long long l3emu_fast_shared_bytes(long long channels, long long tile_width, long long tile_height,
                                              long long sample_bytes) {
     return l3::fast_shared_bytes(channels, tile_width, tile_height, sample_bytes);
+}
+
+// the generated constants as the kernels were compiled with them, in cuda_c.kernel_constants() order
+extern "C" long long l3emu_constant(int index) {
+    static const long long values[] = {%(constants)s};
+    return values[index];
 }
 """
 
@@ -313,6 +326,7 @@ def kernel_library(build: str = "plain") -> ctypes.CDLL:
             "declarations": declarations,
             "kernels": ", ".join(names),
             "traffic_exports": TRAFFIC_EXPORTS,
+            "constants": ", ".join(f"l3::{name}" for name in cuda_c.kernel_constants()),
         }
         lib = build_library(
             "l3kernels" if build == "plain" else f"l3kernels-{build}",
@@ -350,6 +364,7 @@ def kernel_library(build: str = "plain") -> ctypes.CDLL:
         lib.l3emu_compact_shared_bytes.argtypes = [i64, i64, i64]
         lib.l3emu_fast_shared_bytes.restype = i64
         lib.l3emu_fast_shared_bytes.argtypes = [i64, i64, i64, i64]
+        lib.l3emu_constant.restype, lib.l3emu_constant.argtypes = i64, [i32]
         bind_traffic(lib)
         _libraries[build] = lib
     return _libraries[build]
@@ -401,9 +416,10 @@ def aligned_full(size: int, value: int, alignment: int = 256) -> np.ndarray:
 def with_scratch(batch) -> tuple:
     """(the batch's bytes followed by room for its expanded LZ streams, the room's offset): the
     scratch area after the data, 8-byte aligned, as on a device (batch.packed_layout puts it after
-    the tables); no padding at all when the batch expands nothing."""
-    scratch = -(-batch.data.size // 8) * 8 if batch.scratch_size else batch.data.size
-    padded = np.zeros(scratch + batch.scratch_size, np.uint8)
+    the tables); no padding at all when the batch has no LZ stage."""
+    scratch_size = 0 if batch.lz is None else batch.lz.scratch_size
+    scratch = -(-batch.data.size // 8) * 8 if scratch_size else batch.data.size
+    padded = np.zeros(scratch + scratch_size, np.uint8)
     padded[:batch.data.size] = batch.data
     return padded, scratch
 

@@ -29,21 +29,10 @@
 
 namespace l3 {
 
-enum : int {  // fast.py (tests/test_cuda_c.py checks them)
-    FAST_GROUP_SIZE = 64,
-    FAST_QSUM_BITS = 7,
-    FAST_SPARSE_CODE = 0,
-    FAST_POSITION_BITS = 6,
-    FAST_PHASES = 4,
-    FAST_FORM_SPARSE = 0,
-    FAST_FORM_PACKED = 1,
-    FAST_FORM_BITMAP = 2,
-    FAST_FORM_RICE = 3,
-};
-
+// fast.py's FAST_GROUP_SIZE, FAST_QSUM_BITS ... come from l3_constants.cuh (kernels/cuda_c.py)
 enum : int {
     FAST_PERIOD = 1 << (FAST_PHASES - 1),      // phase 0 predicts every FAST_PERIOD-th column from N
-    FAST_ROW_GROUPS = 4096 / FAST_GROUP_SIZE,  // groups of the widest tile row (format.MAX_TILE_WIDTH)
+    FAST_ROW_GROUPS = MAX_TILE_WIDTH / FAST_GROUP_SIZE,  // groups of the widest tile row
     FAST_WIDTH_SHIFT = 2,  // a group's table entry: form (2 bits), width (5 bits), qsum, data offset
     FAST_CODE_SHIFT = FAST_WIDTH_SHIFT + 5,
     FAST_OFFSET_SHIFT = FAST_CODE_SHIFT + FAST_QSUM_BITS,

@@ -1,5 +1,5 @@
-// Launch tables of the GPU decoders: C mirrors of l3codec/batch.py's ITEM_DTYPE, TASK_DTYPE and
-// EXPANSION_DTYPE.
+// Launch tables of the GPU decoders: C mirrors of l3codec/batch.py's ITEM_DTYPE and TASK_DTYPE and
+// l3codec/lz_stage.py's EXPANSION_DTYPE.
 //
 // Every field is a little-endian int64, in the dtype's field order, so the structs
 // have no padding and sizeof(L3Item) == ITEM_DTYPE.itemsize (tests/test_cuda_c.py

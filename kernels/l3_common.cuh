@@ -7,6 +7,7 @@
 #pragma once
 
 #include "l3_batch.cuh"
+#include "l3_constants.cuh"  // generated from the Python modules: kernels/cuda_c.py, constants_header
 
 #define L3_DEVICE __device__ __forceinline__
 #define L3_HOST_DEVICE __host__ __device__ inline
@@ -45,55 +46,9 @@ L3_DEVICE unsigned char* l3_dynamic_shared() {
 
 namespace l3 {
 
-// ------------------------------------------------------------------ format constants
-
-// (enumerators, not constexpr variables: NVRTC would emit those as device globals)
-enum : int {  // format.KIND_*
-    KIND_CONSTANT = 0,
-    KIND_CODED = 1,
-    KIND_RAW = 2,
-    KIND_PALETTE = 3,
-    KIND_PALETTE_MEMBER = 4,
-    KIND_CODED_EXTENDED = 5,
-    KIND_LZ = 6,
-    KIND_PIXEL_LZ = 7,
-    KIND_LZ_CODED = 8,
-    KIND_PIXEL_LZ_CODED = 9,
-};
-enum : int {
-    PALETTE_HEADER_BYTES = 2,   // format.PALETTE_HEADER_BYTES: kind, colours - 1
-    PALETTE_MAX_COLOURS = 256,  // format.PALETTE_MAX_COLOURS
-};
-enum : int { PLANE_OWN = 0, PLANE_MEMBER = -1 };  // streams.PLANE_*
-
-enum : int {  // format.STATUS_*
-    STATUS_OK = 0,
-    STATUS_BAD_KIND = 1,
-    STATUS_BAD_SIZE = 2,
-    STATUS_BAD_HEADER = 3,
-    STATUS_CORRUPT = 4,
-};
-enum : int {  // batch.STATUS_*: how an item's status entry keeps its first failing stream's code
-    STATUS_CODE_BITS = 3,
-    STATUS_BAND_BITS = 3,
-    STATUS_RANK_LIMIT = 1 << 28,
-};
-
-enum : int { TRANSFORM_SUBTRACT_GREEN = 1, TRANSFORM_RGB_MEAN = 2 };
-
-enum : int {  // compact.py
-    COMPACT_BAND_ROWS = 32,
-    CONTEXTS = 9,
-    INTERRUPT_CONTEXT = 8,
-    UNARY_LIMIT = 12,
-    RESET_COUNT = 64,
-    INITIAL_COUNT = 1,  // adaptive counts at a row's start
-    ADAPT_CAP_SHIFT = 4,
-    RUN_INDEX_MAX = 31,
-    COMPACT_HEADER_BYTES = 8,  // kind, run index, 5 bytes of k nibbles, row-length bits
-    K_NIBBLE_BYTES = 5,
-};
-
+// ------------------------------------------------------------------ constants
+// The format's and the Python codec's constants (KIND_*, STATUS_*, compact.py's CONTEXTS ...) and the
+// shared-memory sizes below come from l3_constants.cuh, which kernels/cuda_c.py generates.
 
 // Where a warp or block takes a stream's samples from, once its header is checked.
 enum : int {
@@ -110,13 +65,9 @@ enum : int {
 // compact: a TileWriter (56 bytes, in a 64-byte slot), a palette tile's colour table
 // ([PALETTE_MAX_COLOURS][channels] samples), per channel the adaptive sums and counts of the 32 row
 // decoders ([2][CONTEXTS][32] int) and their row ends ([32] int64), then per channel a ring of
-// decoded columns ([32][ring] samples).
-enum : int {
-    COMPACT_HEADER_SHARED_BYTES = 64,
-    COMPACT_STATE_BYTES = 2 * CONTEXTS * 32 * 4 + 32 * 8,
-    COMPACT_RING_MIN = 16,   // format.MIN_TILE_WIDTH: the narrowest tile's columns
-    COMPACT_RING_MAX = 128,  // columns staged at once; a wider tile is written in strips
-};
+// decoded columns ([32][ring] samples): COMPACT_HEADER_SHARED_BYTES, COMPACT_STATE_BYTES, a ring of
+// COMPACT_RING_MIN .. COMPACT_RING_MAX columns (a wider tile is written in strips).
+static_assert(COMPACT_STATE_BYTES == 2 * CONTEXTS * 32 * 4 + 32 * 8, "a channel's row decoder state");
 
 L3_HOST_DEVICE int compact_ring_columns(long long tile_width) {
     int ring = COMPACT_RING_MIN;
@@ -136,14 +87,10 @@ L3_HOST_DEVICE long long compact_shared_bytes(long long channels, long long tile
 
 // fast: a fixed header (FastShared in fast.cu, FAST_FIXED_BYTES), then per channel a ring of
 // decoded rows ([ring][tile_width] samples): bands of ring - 1 rows are written out at once,
-// the ring's extra row keeps the row above the band; then a palette tile's colour table.
-enum : int {
-    // a thread per group of the widest tile's row head (4096 / 64; fast.cu asserts it); the unpack
-    // takes a warp per group, the prediction a thread per period of 8 columns
-    FAST_THREADS = 128,
-    FAST_FIXED_BYTES = 1008,  // sizeof(FastShared) rounded up to 16 (fast.cu asserts both)
-    FAST_STAGE_BUDGET = 32768,  // bytes of staged rows aimed at; at least 2 rows are staged
-};
+// the ring's extra row keeps the row above the band; then a palette tile's colour table. FAST_THREADS:
+// a thread per group of the widest tile's row head (fast.cu asserts it); the unpack takes a warp per
+// group, the prediction a thread per period of 8 columns. FAST_STAGE_BUDGET: bytes of staged rows
+// aimed at; at least 2 rows are staged.
 
 L3_HOST_DEVICE int fast_ring_rows(long long channels, long long tile_width, long long tile_height,
                                   long long sample_bytes) {

@@ -20,20 +20,8 @@
 
 namespace l3 {
 
+// LZ_MIN_MATCH (lz4block.py), huffman.py's LZ_TABLES ... and LZ_WARPS_PER_BLOCK come from l3_constants.cuh
 enum : int {
-    LZ_MIN_MATCH = 4,     // lz4block.MIN_MATCH
-    LZ_WARPS_PER_BLOCK = 4,
-};
-enum : int {  // huffman.py
-    LZ_TABLES = 4,
-    LZ_LITERAL_TABLE = 0,
-    LZ_TOKEN_TABLE = 1,
-    LZ_OFFSET_LOW_TABLE = 2,
-    LZ_OFFSET_HIGH_TABLE = 3,
-    LZ_MAX_CODE_BITS = 15,
-    LZ_BITMAP_BYTES = 32,
-    LZ_SYMBOLS = 256,
-    LZ_EXTENSION_BITS = 8,
     LZ_LOOKUP_BITS = 10,  // codes this short decode in one shared-memory read (lz_fill_lookup)
 };
 
@@ -47,7 +35,6 @@ struct LzCodes {
     unsigned short lookup[LZ_TABLES][1 << LZ_LOOKUP_BITS];
     long long after_tables;  // lane 0's read_tables: the byte after them, or -1
 };
-enum : int { LZ_SHARED_BYTES_PER_WARP = 9384 };  // the launch's dynamic shared memory (kernels/cuda_c.py)
 static_assert(sizeof(LzCodes) == LZ_SHARED_BYTES_PER_WARP, "the host sizes the shared memory by it");
 
 struct LzLength {

@@ -35,7 +35,7 @@ import numpy as np
 from numba import config, cuda
 
 import l3codec
-from l3codec import batch, bitio, colour, compact, fast, huffman, lz, lz4block, streams
+from l3codec import batch, bitio, colour, compact, fast, huffman, lz, lz4block, lz_stage, streams
 from l3codec import format as fmt
 from l3codec.jit import compile_device_functions
 
@@ -97,7 +97,7 @@ I_REGION_Y, I_REGION_X, I_REGION_H, I_REGION_W = (
 )
 I_OUT_OFFSET, I_OUT_PITCH, I_DATA_END = _ITEM["out_offset"], _ITEM["out_row_pitch"], _ITEM["data_end"]
 T_ITEM, T_TILE_Y, T_TILE_X, T_BAND_Y = 0, 1, 2, 3
-_EXPANSION = {name: i for i, name in enumerate(batch.EXPANSION_DTYPE.names)}
+_EXPANSION = {name: i for i, name in enumerate(lz_stage.EXPANSION_DTYPE.names)}
 X_SOURCE, X_SOURCE_END, X_PREFIX_START = _EXPANSION["source"], _EXPANSION["source_end"], _EXPANSION["prefix_start"]
 X_PREFIX_BYTES, X_TARGET, X_PLANE_BYTES, X_STATUS_INDEX = (
     _EXPANSION["prefix_bytes"], _EXPANSION["target"], _EXPANSION["plane_bytes"], _EXPANSION["status_index"]
@@ -697,7 +697,7 @@ _GEOMETRY = {fmt.MODE_COMPACT: _compact_geometry, fmt.MODE_FAST: _fast_geometry}
 @cached_on_content
 @cuda.jit
 def expand_streams(data, expansions, status):
-    """A thread per LZ stream (batch.EXPANSION_DTYPE rows): at its target in the scratch area, where
+    """A thread per LZ stream (lz_stage.EXPANSION_DTYPE rows): at its target in the scratch area, where
     the stream tables point, the bytes kept before its LZ plane, KIND_RAW, then the plane's raw bytes;
     a pixel LZ stream's block expands after its planes and is then dealt out to them, a raw stream
     per channel (kernels/lz.cu expands with a warp per stream)."""
@@ -706,7 +706,7 @@ def expand_streams(data, expansions, status):
         return
     target, prefix = expansions[index, X_TARGET], expansions[index, X_PREFIX_BYTES]
     plane_bytes, channels = expansions[index, X_PLANE_BYTES], expansions[index, X_CHANNELS]
-    span = (prefix + 1 + plane_bytes + 7) // 8 * 8  # batch.plane_span
+    span = (prefix + 1 + plane_bytes + 7) // 8 * 8  # lz_stage.plane_span
     for i in range(prefix):
         data[target + i] = data[expansions[index, X_PREFIX_START] + i]
     for channel in range(channels):

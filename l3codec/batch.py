@@ -8,10 +8,8 @@ This module imports neither cupy nor numba.
 
 A launch decodes the items of one mode (8- and 16-bit alike): one block per task,
 a task being one tile of one item that intersects the item's region (in compact mode, one band
-of 32 rows of such a tile). Before the launches, the
-LZ streams of those tiles (kind 6, docs/FORMAT.md §5.2) are expanded on the device by a kernel
-of their own into raw streams in a scratch area after the packed bytes, and the stream tables
-point there: the decode kernels read them as any raw stream.
+of 32 rows of such a tile). A batch with LZ streams in those tiles has an LZ expansion stage
+(lz_stage.py) that runs before the launches and gives the decode kernels their stream tables.
 """
 
 from __future__ import annotations
@@ -22,6 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import format as fmt
+from . import lz_stage
+from .lz_stage import EXPANSION_DTYPE
 from .regions import check_region, region_streams
 from .format import L3Error
 
@@ -79,32 +79,6 @@ def status_codes(entries) -> np.ndarray:
 TASK_DTYPE = np.dtype([("item", "<i8"), ("tile_y", "<i8"), ("tile_x", "<i8"), ("band_y", "<i8")])
 assert TASK_DTYPE.itemsize == 4 * 8
 
-# One record per LZ stream to expand (a warp each): its LZ stream (from its kind byte) at
-# [source, source_end), the prefix_bytes before it at prefix_start that the stream keeps (a palette's
-# header and colour table: an LZ index plane), and where the raw streams go, from target: for each
-# of `channels` planes (1 for kind 6 or 8; a pixel LZ stream's tile's channels, kind 7 or 9) the prefix,
-# KIND_RAW, then the plane's plane_bytes, each plane plane_span(record) bytes after the last; for
-# more than one, the block's interleaved output after them (samples of sample_bytes). status_index:
-# the entry of the status array its item reports in; member_status: a status the host found in the
-# tile's members (kind 7 or 9: STATUS_BAD_KIND or STATUS_BAD_SIZE, as streams.open_stream), which the
-# expansion reports too; status_rank: the rank both report with (the stream's, see status_key: a pixel LZ
-# tile's members follow its channel-0 stream, and the expansion reports the stream's own status first).
-EXPANSION_DTYPE = np.dtype(
-    [
-        ("source", "<i8"),
-        ("source_end", "<i8"),
-        ("prefix_start", "<i8"),
-        ("prefix_bytes", "<i8"),
-        ("target", "<i8"),
-        ("plane_bytes", "<i8"),
-        ("status_index", "<i8"),
-        ("channels", "<i8"),
-        ("sample_bytes", "<i8"),
-        ("member_status", "<i8"),
-        ("status_rank", "<i8"),
-    ]
-)
-assert EXPANSION_DTYPE.itemsize == 11 * 8
 
 
 @dataclass
@@ -137,17 +111,7 @@ class Batch:
     out_size: int  # bytes of the whole output buffer
     launches: list
     data_offsets: np.ndarray | None = None  # int64 byte offset of each item's file in data
-    # LZ streams to expand before the launches: EXPANSION_DTYPE with targets relative to the scratch
-    # area and status_index the item's index in the batch; the streams read from the scratch area
-    # instead (a pixel LZ tile's members too), their bytes there (relative to it), and where they lie
-    # in data (which a CPU decode of the packed batch reads: its stream tables point to the scratch)
-    expansions: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, EXPANSION_DTYPE))
-    expanded_streams: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
-    expanded_starts: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
-    expanded_ends: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
-    unexpanded_starts: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
-    unexpanded_ends: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
-    scratch_size: int = 0  # bytes of the expanded streams
+    lz: lz_stage.LzExpansion | None = None  # the LZ streams expanded before the launches, if any
 
     @property
     def same_shape(self) -> bool:
@@ -302,8 +266,8 @@ def assemble(plans, data: np.ndarray, /, *, layout=None, data_offsets=None, max_
             *plan.region, out_offsets[i], pitches[i], data_offsets[i] + sizes[i],
         )
 
-    expansions = _lz_expansions(plans, data, stream_base, stream_starts, stream_ends)
-    check_pixels(plans, max_pixels, expanded_samples=expansions.samples)
+    lz = lz_stage.plan(plans, data, stream_base, stream_starts, stream_ends, band_bits=STATUS_BAND_BITS)
+    check_pixels(plans, max_pixels, expanded_samples=0 if lz is None else lz.samples)
 
     launches = []
     modes = np.array([fmt.MODES[info.mode] for info in infos])
@@ -339,124 +303,17 @@ def assemble(plans, data: np.ndarray, /, *, layout=None, data_offsets=None, max_
         out_size=int(out_size),
         launches=launches,
         data_offsets=data_offsets,
-        expansions=expansions.records,
-        expanded_streams=expansions.streams,
-        expanded_starts=expansions.starts,
-        expanded_ends=expansions.ends,
-        unexpanded_starts=expansions.unexpanded_starts,
-        unexpanded_ends=expansions.unexpanded_ends,
-        scratch_size=expansions.scratch_size,
+        lz=lz,
     )
-
-
-def plane_span(records) -> np.ndarray:
-    """Bytes from one expanded plane of an EXPANSION_DTYPE record to the next (8-byte aligned)."""
-    return (records["prefix_bytes"] + 1 + records["plane_bytes"] + 7) // 8 * 8
-
-
-@dataclass
-class Expansions:
-    """What _lz_expansions plans: the records, the streams read from the scratch area and where, its
-    bytes, and the samples written there (which count against max_pixels)."""
-
-    records: np.ndarray
-    streams: np.ndarray
-    starts: np.ndarray
-    ends: np.ndarray
-    scratch_size: int
-    samples: int
-    unexpanded_starts: np.ndarray
-    unexpanded_ends: np.ndarray
-
-
-_LZ_KINDS = (fmt.KIND_LZ, fmt.KIND_LZ_CODED)
-_PIXEL_LZ_KINDS = (fmt.KIND_PIXEL_LZ, fmt.KIND_PIXEL_LZ_CODED)
-
-
-def _lz_expansions(plans, data, stream_base, stream_starts, stream_ends) -> Expansions:
-    """The LZ streams of the tiles each item's region needs: streams of kind 6 or 8, palette streams whose
-    index plane is one, and pixel LZ streams (kind 7 or 9), whose tile's members then read their planes
-    from the scratch area too. Only kinds, members' sizes and the palette's count byte are read; the
-    expansion kernel checks the rest, and a stream it cannot expand reports STATUS_CORRUPT, as the CPU
-    decoder does."""
-    records, streams = [], []
-    for item, plan in enumerate(plans):
-        info = plan.info
-        used, _, _ = region_streams(info, plan.region)
-        index = stream_base[item] + used
-        starts, ends = stream_starts[index], stream_ends[index]
-        present = ends > starts
-        kinds = np.full(used.size, -1, np.int64)
-        kinds[present] = data[starts[present]]
-        sample_bytes = info.bits // 8
-        plane = starts.copy()
-        channel = used % info.channels
-        # streams.open_stream's rules, vectorised: an LZ plane is a stream of kind 6 or 8 outside a
-        # palette or pixel LZ tile, the index plane of a palette stream (channel 0 of kind 3), or a
-        # pixel LZ stream (kind 7 or 9) in channel 0
-        tile_kinds = np.full(used.size, -1, np.int64)  # the kind of the tile's channel-0 stream
-        first = stream_starts[index - channel]
-        tile_present = stream_ends[index - channel] > first
-        tile_kinds[tile_present] = data[first[tile_present]]
-        palette = present & (kinds == fmt.KIND_PALETTE) & (channel == 0) & (ends - starts >= 2)
-        colours = data[starts[palette] + 1].astype(np.int64) + 1
-        plane[palette] = starts[palette] + fmt.PALETTE_HEADER_BYTES + colours * info.channels * sample_bytes
-        palette &= plane < ends
-        plane_kinds = kinds.copy()
-        plane_kinds[palette] = data[plane[palette]]
-        in_member_tile = (channel != 0) & ((tile_kinds == fmt.KIND_PALETTE) | np.isin(tile_kinds, _PIXEL_LZ_KINDS))
-        pixels = present & np.isin(kinds, _PIXEL_LZ_KINDS) & (channel == 0)
-        lz = pixels | (present & np.isin(plane_kinds, _LZ_KINDS) & ((np.isin(kinds, _LZ_KINDS) & ~in_member_tile) | palette))
-        if not lz.any():
-            continue
-        tiles = used[lz] // info.channels
-        heights, widths = info.tile_rows(tiles // info.tiles_x), info.tile_columns(tiles % info.tiles_x)
-        record = np.zeros(int(lz.sum()), EXPANSION_DTYPE)
-        record["source"], record["source_end"] = plane[lz], ends[lz]
-        record["prefix_start"], record["prefix_bytes"] = starts[lz], plane[lz] - starts[lz]
-        record["plane_bytes"] = heights * widths * sample_bytes
-        record["status_index"] = item
-        record["status_rank"] = used[lz] << STATUS_BAND_BITS
-        record["channels"] = np.where(pixels[lz], info.channels, 1)
-        record["sample_bytes"] = sample_bytes
-        # a pixel LZ tile's members, checked as open_stream does (the GPU reads their planes instead)
-        tile_streams = index[lz][pixels[lz]]
-        member_status = np.zeros(tile_streams.size, np.int64)
-        for member in range(info.channels - 1, 0, -1):  # the first bad member's status stays
-            at = tile_streams + member
-            sizes = stream_ends[at] - stream_starts[at]
-            member_kinds = np.full(at.size, -1, np.int64)  # (a tile's streams are never empty: parse checks)
-            member_kinds[sizes > 0] = data[stream_starts[at][sizes > 0]]
-            member_status = np.where(member_kinds != fmt.KIND_PALETTE_MEMBER, fmt.STATUS_BAD_KIND,
-                                     np.where(sizes != 1, fmt.STATUS_BAD_SIZE, member_status))
-        record["member_status"][pixels[lz]] = member_status
-        records.append(record)
-        streams.append(index[lz])
-    if not records:
-        empty = np.zeros(0, np.int64)
-        return Expansions(np.zeros(0, EXPANSION_DTYPE), empty, empty, empty, 0, 0, empty, empty)
-    records, first_streams = np.concatenate(records), np.concatenate(streams)
-    planes = records["channels"]
-    interleaved = np.where(planes > 1, (planes * records["plane_bytes"] + 7) // 8 * 8, 0)
-    spans = plane_span(records) * planes + interleaved
-    records["target"] = np.concatenate([[0], np.cumsum(spans)[:-1]])
-    # the streams read from the scratch area: each record's channel-0 stream, and its tile's members
-    owner = np.repeat(np.arange(len(records)), planes)
-    member = np.arange(owner.size) - np.repeat(np.cumsum(planes) - planes, planes)
-    starts = records["target"][owner] + member * plane_span(records)[owner]
-    ends = starts + records["prefix_bytes"][owner] + 1 + records["plane_bytes"][owner]
-    samples = int((planes * records["plane_bytes"] // records["sample_bytes"] * np.where(planes > 1, 2, 1)).sum())
-    streams = first_streams[owner] + member
-    return Expansions(records, streams, starts, ends, int(spans.sum()), samples, stream_starts[streams],
-                      stream_ends[streams])
 
 
 @dataclass(frozen=True)
 class PackedLayout:
     """Where a batch's bytes and tables lie in one buffer, so that a single copy takes all of it to
-    the device: byte offsets, each 8-byte aligned; per launch, its item and task tables; the LZ
-    expansions. The scratch area for the expanded streams follows at `size` on the device (it is
-    not copied): a device buffer holds device_size bytes, of which the kernels see all as data."""
+    the device: byte offsets, each 8-byte aligned; per launch, its item and task tables; with an LZ
+    stage, its records and the stream tables it gives the kernels. The scratch area for the expanded
+    streams follows at `size` on the device (it is not copied): a device buffer holds device_size
+    bytes, of which the kernels see all as data."""
 
     data_size: int
     stream_starts: int
@@ -468,6 +325,8 @@ class PackedLayout:
     expansion_count: int
     size: int
     scratch_size: int = 0
+    expanded_starts: int = 0  # the LZ stage's stream tables (with expansion_count)
+    expanded_ends: int = 0
 
     @property
     def device_size(self) -> int:
@@ -488,24 +347,25 @@ def packed_layout(batch: Batch) -> PackedLayout:
         offset += launch.items.nbytes
         tasks.append(offset)
         offset += launch.tasks.nbytes
+    if batch.lz is None:
+        return PackedLayout(int(batch.data.size), starts, ends, count, tuple(items), tuple(tasks), offset, 0,
+                            offset)
     expansions = offset
-    offset += batch.expansions.nbytes
+    expanded_starts = expansions + batch.lz.records.nbytes
+    expanded_ends = expanded_starts + 8 * count
     return PackedLayout(int(batch.data.size), starts, ends, count, tuple(items), tuple(tasks), expansions,
-                        len(batch.expansions), offset, batch.scratch_size)
+                        len(batch.lz.records), expanded_ends + 8 * count, batch.lz.scratch_size,
+                        expanded_starts, expanded_ends)
 
 
 def expanded_tables(batch: Batch, scratch: int, status_index=None) -> tuple:
-    """(stream_starts, stream_ends, expansions) for a scratch area at byte `scratch` of the kernels'
-    data: each expanded stream read where its expansion puts it. status_index maps a batch item to
-    its entry of the status array (default: the item itself)."""
-    starts, ends = batch.stream_starts.copy(), batch.stream_ends.copy()
-    expansions = batch.expansions.copy()
-    expansions["target"] += scratch
-    if status_index is not None:
-        expansions["status_index"] = np.asarray(status_index, np.int64)[expansions["status_index"]]
-    starts[batch.expanded_streams] = scratch + batch.expanded_starts
-    ends[batch.expanded_streams] = scratch + batch.expanded_ends
-    return starts, ends, expansions
+    """(stream_starts, stream_ends, expansion records) that the kernels read, for a scratch area at byte
+    `scratch` of their data (lz_stage.LzExpansion: stream_tables, kernel_records); a batch without LZ
+    streams keeps its own tables and has no records."""
+    if batch.lz is None:
+        return batch.stream_starts.copy(), batch.stream_ends.copy(), np.zeros(0, EXPANSION_DTYPE)
+    starts, ends = batch.lz.stream_tables(batch.stream_starts, batch.stream_ends, scratch)
+    return starts, ends, batch.lz.kernel_records(scratch, status_index)
 
 
 def status_order(batch: Batch) -> np.ndarray:
@@ -519,31 +379,42 @@ def write_packed(batch: Batch, layout: PackedLayout, buffer: np.ndarray, /) -> N
         raise L3Error(f"a {buffer.size}-byte buffer cannot hold a packed batch of {layout.size} bytes")
     if batch.data.size and batch.data.ctypes.data != buffer.ctypes.data:
         buffer[:layout.data_size] = batch.data
-    order = status_order(batch)
-    position = np.empty(len(batch.infos), np.int64)
-    position[order] = np.arange(order.size)
-    starts, ends, expansions = expanded_tables(batch, layout.size, position)
-    buffer[layout.stream_starts:layout.stream_ends].view(np.int64)[:] = starts
-    buffer[layout.stream_ends:layout.stream_ends + 8 * layout.stream_count].view(np.int64)[:] = ends
+    def int64(start: int, values) -> None:
+        buffer[start:start + 8 * len(values)].view(np.int64)[:] = values
+
+    int64(layout.stream_starts, batch.stream_starts)
+    int64(layout.stream_ends, batch.stream_ends)
     for launch, items, tasks in zip(batch.launches, layout.items, layout.tasks):
         buffer[items:items + launch.items.nbytes] = launch.items.view(np.uint8)
         buffer[tasks:tasks + launch.tasks.nbytes] = launch.tasks.view(np.uint8)
-    buffer[layout.expansions:layout.expansions + expansions.nbytes] = expansions.view(np.uint8)
+    if batch.lz is not None:  # the LZ stage: its records and the stream tables it gives the kernels
+        order = status_order(batch)
+        position = np.empty(len(batch.infos), np.int64)
+        position[order] = np.arange(order.size)
+        records = batch.lz.kernel_records(layout.size, position)
+        buffer[layout.expansions:layout.expansions + records.nbytes] = records.view(np.uint8)
+        starts, ends = batch.lz.stream_tables(batch.stream_starts, batch.stream_ends, layout.size)
+        int64(layout.expanded_starts, starts)
+        int64(layout.expanded_ends, ends)
 
 
 def packed_views(layout: PackedLayout, launches, buffer, /, int64_type=np.int64) -> tuple:
-    """(data, stream_starts, stream_ends, [(items, tasks) per launch], expansions) as views of a flat
-    uint8 packed buffer of any array library with slicing, .view(dtype) and .reshape (numpy, CuPy,
-    Numba device arrays; torch with int64_type=torch.int64): int64 tables, items (n, 16), tasks
-    (n, 4), expansions (n, 11). data is the whole buffer when it has a scratch area (the expanded
-    streams lie there), else the batch's bytes."""
+    """(data, stream_starts, stream_ends, [(items, tasks) per launch], expansions) as the kernels read
+    them, views of a flat uint8 packed buffer of any array library with slicing, .view(dtype) and
+    .reshape (numpy, CuPy, Numba device arrays; torch with int64_type=torch.int64): int64 tables,
+    items (n, 16), tasks (n, 4), expansions (n, 11). With an LZ stage, data is the whole buffer (the
+    expanded streams lie in its scratch area) and the stream tables are the stage's; else data is the
+    batch's bytes and the tables its own (packed_streams)."""
     def int64(start: int, count: int, columns: int | None = None):
         view = buffer[start:start + 8 * count].view(int64_type)
         return view if columns is None else view.reshape(count // columns, columns)
 
-    data = buffer[:layout.device_size] if layout.scratch_size else buffer[:layout.data_size]
-    starts = int64(layout.stream_starts, layout.stream_count)
-    ends = int64(layout.stream_ends, layout.stream_count)
+    if layout.expansion_count:
+        data = buffer[:layout.device_size]
+        starts = int64(layout.expanded_starts, layout.stream_count)
+        ends = int64(layout.expanded_ends, layout.stream_count)
+    else:
+        data, starts, ends = packed_streams(layout, buffer, int64_type)
     tables = []
     for launch, items, tasks in zip(launches, layout.items, layout.tasks):
         item_columns, task_columns = len(ITEM_DTYPE.names), len(TASK_DTYPE.names)
@@ -556,15 +427,67 @@ def packed_views(layout: PackedLayout, launches, buffer, /, int64_type=np.int64)
     return data, starts, ends, tables, expansions
 
 
+def packed_streams(layout: PackedLayout, buffer, /, int64_type=np.int64) -> tuple:
+    """(data, stream_starts, stream_ends) of a packed buffer as the batch's items hold them, LZ streams
+    where they lie: for a decoder that expands LZ streams itself (the CPU's)."""
+    def int64(start: int):
+        return buffer[start:start + 8 * layout.stream_count].view(int64_type)
+
+    return buffer[:layout.data_size], int64(layout.stream_starts), int64(layout.stream_ends)
+
+
+# ---------------------------------------------------------------- sizing rules (staging's buffers too)
+
+def tile_tasks(mode: int, tile_rows) -> np.ndarray:
+    """Tasks (GPU blocks) of tiles of tile_rows rows: one per tile; in compact mode one per band of
+    fmt.COMPACT_BAND_ROWS rows, each decoded by a block of its own."""
+    tile_rows = np.asarray(tile_rows, np.int64)
+    if mode == fmt.MODE_COMPACT:
+        return -(-tile_rows // fmt.COMPACT_BAND_ROWS)
+    return np.ones_like(tile_rows)
+
+
+def table_bytes(items, streams, tasks, expansions):
+    """Bytes of the launch tables write_packed puts after a batch's data: two int64 per stream
+    (starts, ends), a record per item and per task, and the LZ stage's (lz_stage.table_bytes)."""
+    return (2 * 8 * np.asarray(streams) + ITEM_DTYPE.itemsize * np.asarray(items)
+            + TASK_DTYPE.itemsize * np.asarray(tasks) + lz_stage.table_bytes(streams, expansions))
+
+
+def most_streams(file_size, height, width, channels) -> np.ndarray:
+    """The most streams a file of this size and shape can hold, whatever its mode and tiles: each
+    stream has a byte at least beside its table entry, and a tile is at least MIN_TILE_WIDTH wide
+    and as tall as the lowest tile height of any mode."""
+    lowest = min(mode.tile_heights.start for mode in fmt.MODE_SPECS.values())
+    tiles = -(-np.asarray(height, np.int64) // lowest) * -(-np.asarray(width, np.int64) // fmt.MIN_TILE_WIDTH)
+    return np.minimum(np.asarray(file_size, np.int64) // (1 + fmt.STREAM_END_DTYPE.itemsize),
+                      tiles * np.asarray(channels, np.int64))
+
+
+def most_tasks(height, width, streams) -> np.ndarray:
+    """The most tasks (tile_tasks) of an item of this shape and stream count in any mode: fast one per
+    tile (at most one per stream); compact one per band, so per column of tiles one per COMPACT_BAND_ROWS
+    rows and at most COMPACT_MAX_TILE_HEIGHT // COMPACT_BAND_ROWS per tile."""
+    streams = np.asarray(streams, np.int64)
+    bands_per_tile = fmt.COMPACT_MAX_TILE_HEIGHT // fmt.COMPACT_BAND_ROWS
+    band_rows = -(-np.asarray(height, np.int64) // fmt.COMPACT_BAND_ROWS)
+    tiles_x = -(-np.asarray(width, np.int64) // fmt.MIN_TILE_WIDTH)
+    bands = np.minimum(bands_per_tile * streams, band_rows * tiles_x)
+    return np.maximum(streams, bands)
+
+
+def most_table_bytes(file_size, height, width, channels) -> np.ndarray:
+    """The most launch-table bytes (table_bytes) one item of this file size and shape adds to a packed
+    batch: at most an LZ expansion per stream."""
+    streams = most_streams(file_size, height, width, channels)
+    return table_bytes(1, streams, most_tasks(height, width, streams), streams)
+
+
 def _tasks(plan: ItemPlan, local: int, mode: int) -> np.ndarray:
     """TASK_DTYPE records of the plan's tiles: one per tile, or in compact mode one per band of
     fmt.COMPACT_BAND_ROWS rows (every band of a tile the region touches: the CPU decodes whole tiles too)."""
-    info = plan.info
     tile_y, tile_x = plan.tiles[:, 0], plan.tiles[:, 1]
-    bands = np.ones(len(tile_y), np.int64)
-    if mode == fmt.MODE_COMPACT:
-        rows = info.tile_rows(tile_y)
-        bands = -(-rows // fmt.COMPACT_BAND_ROWS)
+    bands = tile_tasks(mode, plan.info.tile_rows(tile_y))
     tasks = np.zeros(int(bands.sum()), TASK_DTYPE)
     tasks["item"] = local
     tasks["tile_y"], tasks["tile_x"] = np.repeat(tile_y, bands), np.repeat(tile_x, bands)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field as dataclass_field
 import numpy as np
 
 from . import batch as batching
-from .format import COMPACT_BAND_ROWS, COMPACT_MAX_TILE_HEIGHT, MAX_PIXELS, L3Error
+from .format import MAX_PIXELS, L3Error
 from .order import sample_rng
 
 
@@ -206,24 +206,16 @@ def _staged(samples, layouts, out_size, skipped, prepared=None, packed=None) -> 
 
 def staging_bytes(reader, fields, batch_size: int) -> int:
     """A staging buffer size that holds any batch of this split: the batch_size largest samples' bytes
-    (plan_samples stages a repeated sample once), plus their launch tables at most (two int64 and an
-    LZ expansion per stream, a task per tile or compact band, a record per item)."""
+    (plan_samples stages a repeated sample once), plus their launch tables at most
+    (batch.most_table_bytes: per item, so a repeated sample has them once per appearance)."""
     data = np.zeros(len(reader), np.int64)
     tables = np.zeros(len(reader), np.int64)
-    bands_per_tile = COMPACT_MAX_TILE_HEIGHT // COMPACT_BAND_ROWS
     for name in fields:
         sizes, shapes = member_sizes(reader, name), member_shapes(reader, name)
-        # every stream holds at least one byte beside its 4-byte table entry; tiles are at least 16x8
-        streams = np.minimum(sizes // 5, -(-shapes[:, 0] // 8) * -(-shapes[:, 1] // 16) * shapes[:, 2])
-        # a task per tile (at most one per stream), or per compact band: at most 8 per tile, one per 32 x 16 pixels
-        bands = np.minimum(bands_per_tile * streams, -(-shapes[:, 0] // COMPACT_BAND_ROWS) * -(-shapes[:, 1] // 16))
-        tasks = np.maximum(streams, bands)
         data += sizes
-        tables += (streams * (16 + batching.EXPANSION_DTYPE.itemsize) + tasks * batching.TASK_DTYPE.itemsize
-                   + batching.ITEM_DTYPE.itemsize + 8)
-    # tables are per item, and a repeated sample has one per appearance
+        tables += batching.most_table_bytes(sizes, shapes[:, 0], shapes[:, 1], shapes[:, 2])
     largest = np.sort(data)[-batch_size:].sum() + batch_size * tables.max(initial=0)
-    return int(largest + 16 * (len(fields) + 2) * 8)
+    return int(largest + 16 * (len(fields) + 2) * 8)  # and the tables' 8-byte alignment after the data
 
 
 def member_sizes(reader, name) -> np.ndarray:

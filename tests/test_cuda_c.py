@@ -22,7 +22,7 @@ from l3codec.kernels.emulation import (
 from images import make_image
 from stream_census import fast_census, plane_streams, stream_census
 from l3codec import batch as l3batch
-from l3codec import cpu, fast, huffman, lz
+from l3codec import compact, cpu, fast, huffman, lz, lz_stage
 from l3codec import format as fmt
 from l3codec.kernels import cuda_c, emulation
 
@@ -574,44 +574,35 @@ def test_a_mixed_launch_gets_the_shared_memory_of_its_largest_item():
     assert cuda_c.shared_memory_bytes(launch) == max(each)
 
 
-def test_kernel_constants_match_the_python_codec():
-    """l3_common.cuh's enumerators (which cuda_c.py reads for its launch sizes) and fast.cu's against
-    format.py, compact.py and fast.py, the normative side."""
-    from l3codec import compact
+def test_kernel_constants_come_from_the_python_codec():
+    """The constants the kernels share with format.py, batch.py, compact.py, fast.py, lz4block.py and
+    huffman.py are generated from them (cuda_c.kernel_constants), the emulated kernels are compiled with
+    those values, and no kernel source defines one of them by hand any more."""
+    from l3codec import lz4block
 
-    import re
-
-    constants = cuda_c.header_constants()
+    constants = {name: value for name, (value, _) in cuda_c.kernel_constants().items()}
     python = {
-        **{name: getattr(fmt, name) for name in constants
-           if name.startswith(("KIND_", "STATUS_", "TRANSFORM_")) and not hasattr(l3batch, name)},
-        **{name: getattr(l3batch, name) for name in ("STATUS_CODE_BITS", "STATUS_BAND_BITS", "STATUS_RANK_LIMIT")},
-        "COMPACT_BAND_ROWS": fmt.COMPACT_BAND_ROWS,
-        "COMPACT_RING_MIN": fmt.MIN_TILE_WIDTH,
-        "CONTEXTS": compact.CONTEXTS,
-        "INTERRUPT_CONTEXT": compact.INTERRUPT_CONTEXT,
-        "UNARY_LIMIT": compact.UNARY_LIMIT,
-        "RESET_COUNT": compact.RESET_COUNT,
-        "INITIAL_COUNT": compact.INITIAL_COUNT,
-        "ADAPT_CAP_SHIFT": compact.ADAPT_CAP_SHIFT,
-        "RUN_INDEX_MAX": compact.RUN_INDEX_MAX,
-        "COMPACT_HEADER_BYTES": compact.HEADER_BYTES,
-        "K_NIBBLE_BYTES": compact.K_NIBBLE_BYTES,
+        **{name: getattr(fmt, name) for name in ("KIND_PIXEL_LZ_CODED", "STATUS_CORRUPT",
+                                                 "TRANSFORM_RGB_MEAN", "PALETTE_HEADER_BYTES",
+                                                 "COMPACT_BAND_ROWS", "MAX_TILE_WIDTH")},
+        **{name: getattr(l3batch, name) for name in ("STATUS_CODE_BITS", "STATUS_BAND_BITS",
+                                                     "STATUS_RANK_LIMIT")},
+        "CONTEXTS": compact.CONTEXTS, "RESET_COUNT": compact.RESET_COUNT,
+        "COMPACT_HEADER_BYTES": compact.HEADER_BYTES, "K_NIBBLE_BYTES": compact.K_NIBBLE_BYTES,
+        "FAST_GROUP_SIZE": fast.GROUP_SIZE, "FAST_FORM_RICE": fast.FORM_RICE,
+        "LZ_MIN_MATCH": lz4block.MIN_MATCH, "LZ_MAX_CODE_BITS": huffman.MAX_CODE_BITS,
+        "COMPACT_RING_MIN": fmt.MIN_TILE_WIDTH, "FAST_THREADS": cuda_c.FAST_THREADS,
+        "LZ_SHARED_BYTES_PER_WARP": cuda_c.LZ_SHARED_BYTES_PER_WARP,
     }
-    assert len(python) >= 18
     assert {name: constants[name] for name in python} == python
-    # fast.cu's own enumerators: the fast constants of fast.py, and the widest tile of format.py
-    text = (cuda_c.KERNEL_DIR / "fast.cu").read_text()
-    block = re.search(r"enum : int \{  // fast\.py.*?\}", text, re.S).group(0)
-    fast_cu = {name: int(value) for name, value in re.findall(r"\b(FAST_[A-Z_]+) = (\d+),", block)}
-    assert fast_cu == {"FAST_GROUP_SIZE": fast.GROUP_SIZE, "FAST_QSUM_BITS": fast.QSUM_BITS,
-                       "FAST_SPARSE_CODE": fast.SPARSE_CODE, "FAST_POSITION_BITS": fast.POSITION_BITS,
-                       "FAST_PHASES": fast.PHASES, "FAST_FORM_SPARSE": fast.FORM_SPARSE,
-                       "FAST_FORM_PACKED": fast.FORM_PACKED, "FAST_FORM_RICE": fast.FORM_RICE,
-                       "FAST_FORM_BITMAP": fast.FORM_BITMAP}
-    assert "FAST_ROW_GROUPS = 4096 / FAST_GROUP_SIZE" in text and fmt.MAX_TILE_WIDTH == 4096
-    assert (cuda_c.COMPACT_HEADER_SHARED_BYTES, cuda_c.FAST_THREADS) == (
-        constants["COMPACT_HEADER_SHARED_BYTES"], constants["FAST_THREADS"])
+    kinds = [name for name in vars(fmt) if name.startswith("KIND_")]
+    assert len(kinds) == 10 and set(kinds) <= set(constants)  # every stream kind, a new one included
+    lib = kernel_library()
+    assert [lib.l3emu_constant(i) for i in range(len(constants))] == list(constants.values())
+    for path in cuda_c.KERNEL_DIR.glob("*.cu*"):
+        text = re.sub(r"//[^\n]*", "", path.read_text())
+        defined = [name for name in constants if re.search(rf"\b{name}\s*=[^=]", text)]
+        assert not defined, f"{path.name} defines {defined}: they come from {cuda_c.CONSTANTS_HEADER}"
 
 
 def test_launch_geometry():
@@ -731,7 +722,7 @@ def test_launch_helper_with_a_fake_cupy(monkeypatch):
     ]
     regions = [(3, 4000, 10, 90), None, (1, 2, 5, 20)]
     batch = l3batch.prepare(files, regions)
-    assert not len(batch.expansions)  # the decode kernels alone (test_lz_expansion_helper_with_a_fake_cupy: with LZ)
+    assert batch.lz is None  # the decode kernels alone (test_lz_expansion_helper_with_a_fake_cupy: with LZ)
     data = _FakeCupy.Array(batch.data)
     starts, ends = _FakeCupy.Array(batch.stream_starts), _FakeCupy.Array(batch.stream_ends)
     out = _FakeCupy.Array(np.zeros(batch.out_size, np.uint8))
@@ -766,13 +757,13 @@ def test_lz_expansion_helper_with_a_fake_cupy(monkeypatch):
         damaged[lz_start + 1 + huffman.BITMAP_BYTES] = 0  # the first literal's code length: 0
     files.append(reseal(bytes(damaged)))
     batch = l3batch.prepare(files, [None, (3, 5, 20, 100), (9, 30, 25, 80), None])
-    assert {int(item) for item in batch.expansions["status_index"]} == {0, 1, 2, 3}
-    assert set(batch.expansions["channels"].tolist()) == {1, 3}
+    assert {int(item) for item in batch.lz.records["status_index"]} == {0, 1, 2, 3}
+    assert set(batch.lz.records["channels"].tolist()) == {1, 3}
     padded, scratch = emulation.with_scratch(batch)
     data = _FakeCupy.Array(padded)
     starts, ends, expansions = l3batch.expanded_tables(batch, scratch)
     status = _FakeCupy.zeros(len(files), np.int32)
-    columns = len(l3batch.EXPANSION_DTYPE.names)
+    columns = len(lz_stage.EXPANSION_DTYPE.names)
     cuda_c.launch_expand(data, _FakeCupy.Array(expansions.view(np.int64).reshape(-1, columns)), status)
     out = _FakeCupy.Array(np.zeros(batch.out_size, np.uint8))
     for launch in batch.launches:
@@ -801,18 +792,35 @@ def test_compiled_source_holds_every_header(tmp_path, monkeypatch):
     before = {name: cuda_c.source_text(name) for name in cuda_c.SOURCES}
     for text in before.values():
         assert not re.search(r"#\s*include", text)
-        assert "struct L3Item" in text and "RESET_COUNT = 64" in text  # both headers, once
+        assert "struct L3Item" in text and "SOURCE_RAW = 2" in text  # both headers, once
         assert text.count("struct L3Item {") == 1
+        assert text.count("RESET_COUNT = 64,") == 1  # the generated constants, once
     header = tmp_path / "l3_common.cuh"
-    header.write_text(header.read_text().replace("RESET_COUNT = 64", "RESET_COUNT = 32"))
+    header.write_text(header.read_text().replace("SOURCE_RAW = 2", "SOURCE_RAW = 2 + 0"))
     commented = tmp_path / "compact.cu"  # an include with a trailing comment is inlined too
     commented.write_text(commented.read_text().replace('"l3_common.cuh"', '"l3_common.cuh"  // shared'))
+    monkeypatch.setattr(compact, "RESET_COUNT", 32)  # a Python constant the kernels take
     for name in cuda_c.SOURCES:
         after = cuda_c.source_text(name)
-        assert after != before[name] and "RESET_COUNT = 32" in after
+        assert after != before[name] and "RESET_COUNT = 32," in after and "SOURCE_RAW = 2 + 0" in after
         assert not re.search(r"#\s*include", after)
         cuda_c.load_module(name)
         assert _FakeCupy.RawModule.compiled[-1] == after  # what CuPy compiles and keys
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("name, value, source, message", [
+    ("FAST_FIXED_BYTES", 1024, "fast.cu", "FAST_FIXED_BYTES is sizeof"),
+    ("LZ_SHARED_BYTES_PER_WARP", 9392, "lz.cu", "the host sizes the shared memory by it"),
+])
+def test_a_launch_constant_that_disagrees_with_its_struct_fails_the_build(monkeypatch, name, value, source,
+                                                                         message):
+    """The kernels' launch sizes are Python constants now (cuda_c.py): the static_asserts of the .cu
+    files, compiled with the generated header, still refuse one that does not match its struct."""
+    pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-bindings (NVRTC) is not installed")
+    monkeypatch.setattr(cuda_c, name, value)
+    with pytest.raises(RuntimeError, match=message):
+        cuda_c.nvrtc_compile(source, "sm_80")
 
 
 def test_compiler_messages_name_the_real_file_and_line(tmp_path, monkeypatch):
@@ -861,7 +869,7 @@ def test_real_gpu_matches_cpu():
     )
     regions.append((5, 4000, 30, 200))
     batch = l3batch.prepare(files, regions)
-    assert batch.scratch_size  # the labels items have LZ planes: the expansion runs first
+    assert batch.lz.scratch_size  # the labels items have LZ planes: the expansion runs first
     padded, scratch = emulation.with_scratch(batch)
     host_starts, host_ends, host_expansions = l3batch.expanded_tables(batch, scratch)
     data = cupy.asarray(padded)

@@ -248,7 +248,7 @@ def test_gpu_batches_expand_lz_streams_and_palette_index_planes_into_scratch():
     palette = l3codec.encode(make_image("text", 32, 128, 1, np.uint16, 1), mode="compact", tile_width=128)
     regions = [None, None, (9, 0, 8, 256)]
     prepared = batching.prepare([plain, palette, plain], regions)
-    expansions = prepared.expansions
+    expansions = prepared.lz.records
     expected = []
     for item, (data, region) in enumerate(zip((plain, palette, plain), regions)):
         info = l3codec.info(data)
@@ -262,10 +262,38 @@ def test_gpu_batches_expand_lz_streams_and_palette_index_planes_into_scratch():
     spans = expansions["prefix_bytes"] + 1 + expansions["plane_bytes"]
     order = np.argsort(expansions["target"])
     assert (expansions["target"][order][1:] >= (expansions["target"] + spans)[order][:-1]).all()
-    assert prepared.scratch_size >= int((expansions["target"] + spans).max())
+    assert prepared.lz.scratch_size >= int((expansions["target"] + spans).max())
     starts, ends, _ = batching.expanded_tables(prepared, 1000)
-    assert (starts[prepared.expanded_streams] == expansions["target"] + 1000).all()
-    assert (ends - starts)[prepared.expanded_streams].tolist() == spans.tolist()
+    assert (starts[prepared.lz.streams] == expansions["target"] + 1000).all()
+    assert (ends - starts)[prepared.lz.streams].tolist() == spans.tolist()
+
+
+def test_the_lz_stage_changes_the_kernels_stream_tables_only_where_a_batch_has_lz_streams():
+    """A batch without LZ streams has no LZ stage: the kernels read its own packed stream tables. With
+    one, the kernels' tables (packed_views) differ from the items' own (packed_streams) exactly at the
+    expanded streams, which then lie in the scratch area after the packed bytes."""
+    plain = l3codec.encode(make_image("noise", 40, 64, 3, np.uint8, 1), mode="compact")
+    text_image = make_image("text", 40, 256, 1, np.uint8, 1)
+    text = l3codec.encode(text_image, mode="fast", tile_width=256, tile_height=8)
+    for files in ([plain, plain], [plain, text]):
+        prepared = batching.prepare(files)
+        layout = batching.packed_layout(prepared)
+        buffer = np.zeros(layout.device_size, np.uint8)
+        batching.write_packed(prepared, layout, buffer)
+        data, starts, ends, _, records = batching.packed_views(layout, prepared.launches, buffer)
+        own_data, own_starts, own_ends = batching.packed_streams(layout, buffer)
+        np.testing.assert_array_equal(own_data, prepared.data)
+        np.testing.assert_array_equal(own_starts, prepared.stream_starts)
+        np.testing.assert_array_equal(own_ends, prepared.stream_ends)
+        if prepared.lz is None:
+            assert files == [plain, plain] and len(records) == 0 and data.size == prepared.data.size
+            np.testing.assert_array_equal(starts, own_starts)
+            continue
+        assert data.size == layout.size + prepared.lz.scratch_size
+        assert len(records) == len(prepared.lz.records)
+        moved = np.flatnonzero((starts != own_starts) | (ends != own_ends))
+        np.testing.assert_array_equal(moved, np.sort(prepared.lz.streams))
+        assert (starts[moved] >= layout.size).all() and (ends[moved] <= data.size).all()
 
 
 def test_the_lz_planes_a_batch_expands_count_against_its_pixel_budget():
@@ -273,7 +301,7 @@ def test_the_lz_planes_a_batch_expands_count_against_its_pixel_budget():
     max_pixels, checked before anything is allocated, so tiny crops cannot ask for a huge scratch area."""
     data = l3codec.encode(make_image("text", 40, 256, 1, np.uint8, 1), mode="fast", tile_width=256, tile_height=8)
     crops = [(0, 0, 1, 1)] * 8
-    expanded = batching.prepare([data] * 8, crops).expansions["plane_bytes"].sum()  # 8-bit: a byte per sample
+    expanded = batching.prepare([data] * 8, crops).lz.records["plane_bytes"].sum()  # 8-bit: a byte per sample
     assert expanded == 8 * 256 * 8
     batching.prepare([data] * 8, crops, max_pixels=8 + expanded)
     with pytest.raises(l3codec.L3Error, match=f"batch decodes 8 pixels and expands {expanded} samples of LZ streams"):

@@ -28,12 +28,9 @@ def gpu_decode_step(backend: str = "cupy"):
 def host_decode_step(staged, buffer: torch.Tensor, out: torch.Tensor, status: torch.Tensor, stream) -> None:
     """A decode step on the host with the CPU decoder, honouring the launch tables' output layout:
     for running the GPU path's logic where there is no GPU (and as a reference in tests)."""
-    flat, packed = out.numpy(), staged.packed
-    data, starts, ends, _, _ = batching.packed_views(packed, staged.batch.launches, buffer.numpy())
-    # the CPU decoder reads LZ streams itself: each expanded stream where it lies in the batch's bytes
-    starts, ends = starts.copy(), ends.copy()
-    starts[staged.batch.expanded_streams] = staged.batch.unexpanded_starts
-    ends[staged.batch.expanded_streams] = staged.batch.unexpanded_ends
+    flat = out.numpy()
+    # the items' own stream tables: the CPU decoder expands LZ streams itself (no LZ stage)
+    data, starts, ends = batching.packed_streams(staged.packed, buffer.numpy())
     order = gpu.status_order(staged.batch)
     position = {int(item): entry for entry, item in enumerate(order)}
     for launch in staged.batch.launches:
