@@ -241,11 +241,12 @@ def summary_lines(results: dict) -> list:
     steps = results["steps"]
     frames = steps.get("frames", {}).get("result", {}).get("source", "not loaded")
     gpu = steps.get("env", {}).get("result", {}).get("gpu", "none found")
+    height, width = results["frame_shape"]
     lines = ["# GPU check (bench/gpu_check.py)", "",
              (f"Started {results['started']}; {results.get('seconds', 0)} s of a {results['budget_s']} s "
               f"budget{'; --quick' if results['quick'] else ''}"
               f"{'; --dry-run' if results['dry_run'] else ''}."),
-             f"GPU: {gpu}. Frames: {frames}, {results['frame_shape'][1]} x {results['frame_shape'][0]} pixels.",
+             f"GPU: {gpu}. Frames: {frames}, {width} x {height} pixels.",
              "",
              "| step | outcome | seconds | note |", "|---|---|---|---|"]
     for name, step in steps.items():
@@ -302,8 +303,8 @@ def main(argv=None) -> int:
                         help="batches up to 16, a smaller tree, a 4-minute budget")
     parser.add_argument("--dry-run", action="store_true",
                         help="no GPU steps even with a GPU: their host stand-ins on small frames")
-    parser.add_argument("--corpus", default=None, help="the corpus folder (default ../shared/corpus); "
-                        "frames are generated when it has no hires2048/")
+    parser.add_argument("--corpus", default=None, help="the corpus folder (default ../shared/corpus, else "
+                        "shared/corpus in the checkout); frames are generated when it has no hires2048/")
     parser.add_argument("--frame-shape", default=None,
                         help="HxW of the frames (default 1024x2048; 128x256 with --dry-run)")
     parser.add_argument("--work", default=None, help="scratch folder (default: a new one under /tmp)")
@@ -321,7 +322,7 @@ def main(argv=None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     print(ensure_importable(), flush=True)
     check = Check(work=str(work), out=str(pathlib.Path(args.out).resolve()),
-                  corpus=str(args.corpus or gpu_check_data.DEFAULT_CORPUS), quick=args.quick,
+                  corpus=str(args.corpus or gpu_check_data.default_corpus()), quick=args.quick,
                   dry_run=args.dry_run, gpu=not args.dry_run and gpu_present(),
                   frame_shape=tuple(int(n) for n in shape.split("x")))
     results = run_steps(default_steps(), check, BUDGET_S[args.quick])

@@ -30,9 +30,13 @@ def bench_gpu():
     return module
 
 
-def corpus_folders(corpus: pathlib.Path) -> list:
-    """Where the corpus may be: the given folder, and a copy carried inside the checkout (shared/)."""
-    return [pathlib.Path(corpus), REPO / "shared" / "corpus"]
+def default_corpus() -> pathlib.Path:
+    """../shared/corpus, else a copy carried inside the checkout (shared/corpus: the device tool sends
+    the checkout, not what lies beside it), else ../shared/corpus all the same (absent: generated)."""
+    for folder in (DEFAULT_CORPUS, REPO / "shared" / "corpus"):
+        if (folder / "hires2048").is_dir():
+            return folder
+    return DEFAULT_CORPUS
 
 
 def photo_like(seed: int, shape: tuple = HIRES_SHAPE) -> np.ndarray:
@@ -68,14 +72,13 @@ def load_frames(corpus: pathlib.Path, shape: tuple = HIRES_SHAPE, count: int = D
     shape when larger) when present, else generated ones."""
     import cv2
 
-    for folder in corpus_folders(corpus):
-        photo_folder, label_folder = folder / "hires2048", folder / "labels"
-        if not any(photo_folder.glob("*.png")):
-            continue
+    folder = pathlib.Path(corpus)
+    photo_folder, label_folder = folder / "hires2048", folder / "labels"
+    if any(photo_folder.glob("*.png")):
         photos = [frame[:shape[0], :shape[1]] for frame in bench_gpu().load_frames(photo_folder)[:count]]
-        labels = [cv2.imread(str(path), cv2.IMREAD_UNCHANGED)[:shape[0], :shape[1]]
+        labels = [cv2.imread(str(path), cv2.IMREAD_UNCHANGED)
                   for path in sorted(label_folder.glob("*_labelIds.png"))[:count]]
-        labels = [label for label in labels if label is not None and label.ndim == 2]
+        labels = [label[:shape[0], :shape[1]] for label in labels if label is not None and label.ndim == 2]
         if not labels:
             labels = [label_map_like(seed, shape) for seed in range(count)]
         photos = [np.ascontiguousarray(p) for p in photos]

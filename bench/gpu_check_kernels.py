@@ -290,9 +290,12 @@ def smoke_batch(frames: dict, shape: tuple) -> tuple:
     of them cut to a region."""
     height, width = shape
     region = (height // 8, width // 8 + 1, height // 2, width // 2 + 3)
-    encoded = frames["encoded"]
-    items = [encoded["photos", "compact"][0], encoded["photos", "fast"][1], encoded["labels", "compact"][0],
-             encoded["labels", "fast"][1], encoded["photos", "compact"][2], encoded["labels", "fast"][0]]
+    def item(kind, mode, index):
+        encoded = frames["encoded"][kind, mode]
+        return encoded[index % len(encoded)]
+
+    items = [item("photos", "compact", 0), item("photos", "fast", 1), item("labels", "compact", 0),
+             item("labels", "fast", 1), item("photos", "compact", 2), item("labels", "fast", 0)]
     return items, [None, None, None, None, region, region]
 
 

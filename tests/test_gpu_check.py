@@ -14,9 +14,9 @@ import time
 
 import numpy as np
 import pytest
+from images import make_image
 
 import l3codec
-from images import make_image
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
@@ -32,8 +32,8 @@ Step = gpu_check.Step
 def make_check(tmp_path, **changes) -> gpu_check.Check:
     work = tmp_path / "work"
     work.mkdir(exist_ok=True)
-    fields = dict(work=str(work), out=str(tmp_path / "out"), corpus=str(tmp_path / "no-corpus"), quick=False,
-                  dry_run=True, gpu=False, frame_shape=(64, 128))
+    fields = {"work": str(work), "out": str(tmp_path / "out"), "corpus": str(tmp_path / "no-corpus"),
+              "quick": False, "dry_run": True, "gpu": False, "frame_shape": (64, 128)}
     return gpu_check.Check(**{**fields, **changes})
 
 
@@ -110,13 +110,15 @@ def test_a_step_that_overruns_is_stopped_with_what_it_started(tmp_path):
 def test_plan_step_skips_for_the_budget_a_missing_gpu_or_tool_and_caps_the_timeout(tmp_path):
     check = make_check(tmp_path)
     plain = Step("plain", step_that_passes, 100, 40)
-    assert gpu_check.plan_step(plain, check, left=gpu_check.MIN_STEP_S - 1) == ("skipped: time budget spent", False, 0)
+    spent = ("skipped: time budget spent", False, 0)
+    assert gpu_check.plan_step(plain, check, left=gpu_check.MIN_STEP_S - 1) == spent
     assert gpu_check.plan_step(plain, check, left=500) == (None, False, 100)
     assert gpu_check.plan_step(plain, make_check(tmp_path, quick=True), left=500) == (None, False, 40)
     assert gpu_check.plan_step(plain, check, left=70) == (None, False, 70)
     gpu_only = Step("gpu", step_that_passes, 100, 40, needs_gpu=True)
     assert gpu_check.plan_step(gpu_only, check, left=500)[0] == "skipped: no GPU (--dry-run)"
-    assert gpu_check.plan_step(gpu_only, make_check(tmp_path, dry_run=False), left=500)[0] == "skipped: no GPU"
+    no_gpu_here = make_check(tmp_path, dry_run=False)
+    assert gpu_check.plan_step(gpu_only, no_gpu_here, left=500)[0] == "skipped: no GPU"
     assert gpu_check.plan_step(gpu_only, make_check(tmp_path, gpu=True), left=500) == (None, False, 100)
     stand_in = Step("stand-in", step_that_passes, 100, 40, needs_gpu=True, stand_in=True)
     assert gpu_check.plan_step(stand_in, check, left=500) == (None, True, 100)
@@ -159,9 +161,11 @@ def test_the_estimate_table_is_read_by_its_column_names(tmp_path):
     report = tmp_path / "gpu.md"
     report.write_text("# GPU decode\n\n| mode | frames | warp-instructions per sample | of which write-out "
                       "| LZ expansion (its kernel) | other |\n|---|---|---|---|---|---|\n"
-                      "| compact | 1 | 7.25 | 0.9 | 0.125 | x |\n| fast | 1 | 4.5 | 0.4 | 0.25 | y |\n\nafter\n")
+                      "| compact | 1 | 7.25 | 0.9 | 0.125 | x |\n"
+                      "| fast | 1 | 4.5 | 0.4 | 0.25 | y |\n\nafter\n")
     estimate, source = gpu_check_kernels.estimated_per_sample(report)
-    assert estimate == {"compact": {"decode": 7.25, "expansion": 0.125}, "fast": {"decode": 4.5, "expansion": 0.25}}
+    assert estimate == {"compact": {"decode": 7.25, "expansion": 0.125},
+                        "fast": {"decode": 4.5, "expansion": 0.25}}
     assert source.startswith(str(report))
     report.write_text("no table here\n")
     assert gpu_check_kernels.estimated_per_sample(report)[0] == {}
@@ -175,9 +179,11 @@ def test_blocks_per_sm_by_hand_names_the_limit():
     # shared memory: 6 blocks in 233472; 2048 threads: 16 blocks
     assert gpu_check_kernels.blocks_per_sm_by_hand(64, 128, 34032, limits) == {"blocks": 6,
                                                                                 "limited by": "shared memory"}
-    assert gpu_check_kernels.blocks_per_sm_by_hand(64, 128, 0, limits) == {"blocks": 8, "limited by": "registers"}
+    by_registers = {"blocks": 8, "limited by": "registers"}
+    assert gpu_check_kernels.blocks_per_sm_by_hand(64, 128, 0, limits) == by_registers
     # 32 threads of 32 registers, no shared memory: 64 blocks by registers and warps, 32 the cap
-    assert gpu_check_kernels.blocks_per_sm_by_hand(32, 32, 0, limits) == {"blocks": 32, "limited by": "blocks"}
+    by_cap = {"blocks": 32, "limited by": "blocks"}
+    assert gpu_check_kernels.blocks_per_sm_by_hand(32, 32, 0, limits) == by_cap
 
 
 def test_ncu_csv_rows_are_read_per_launch_in_order():
@@ -225,7 +231,8 @@ def test_the_cuda_tests_step_counts_pytests_outcomes(tmp_path):
 def test_time_launches_on_the_host_stand_in_decodes_exactly(tmp_path):
     """The timing loop launches as gpu.launch_packed does: the LZ expansion first, then one decode
     launch per mode and channel count, each item's status in its launch's slice."""
-    images = [make_image("labels", 40, 300, 1, np.uint8, 1), make_image("smooth_noise", 33, 70, 3, np.uint8, 2),
+    images = [make_image("labels", 40, 300, 1, np.uint8, 1),
+              make_image("smooth_noise", 33, 70, 3, np.uint8, 2),
               make_image("labels", 24, 90, 3, np.uint8, 3)]
     items = [l3codec.encode(images[0], mode="fast"), l3codec.encode(images[1], mode="compact"),
              l3codec.encode(images[2], mode="compact")]
@@ -244,8 +251,9 @@ def test_time_launches_on_the_host_stand_in_decodes_exactly(tmp_path):
 def test_dry_run_runs_the_cpu_side_and_names_the_steps_skipped_for_want_of_a_gpu(tmp_path):
     out = tmp_path / "out"
     command = [sys.executable, str(REPO / "bench" / "gpu_check.py"), "--dry-run", "--out", str(out),
-               "--work", str(tmp_path / "work"), "--corpus", str(tmp_path / "no-corpus"), "--frame-shape", "64x160"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+               "--work", str(tmp_path / "work"), "--corpus", str(tmp_path / "no-corpus"),
+               "--frame-shape", "64x160"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr
     results = json.loads((out / "results.json").read_text())
     names = [step.name for step in gpu_check.default_steps()]
