@@ -211,7 +211,8 @@ def test_the_cuda_tests_step_counts_pytests_outcomes(tmp_path):
     run, and their outcomes are counted and named."""
     tests = tmp_path / "test_generated_cuda.py"
     tests.write_text("import pytest\n\n"
-                     "@pytest.mark.cuda\ndef test_cupy_passes():\n    pass\n\n"
+                     "@pytest.mark.cuda\n@pytest.mark.parametrize('case', ['a b'])\n"
+                     "def test_cupy_passes(case):\n    pass\n\n"
                      "@pytest.mark.cuda\ndef test_cupy_fails():\n    assert 1 == 2\n\n"
                      "@pytest.mark.cuda\ndef test_cupy_skips():\n    pytest.skip('no reason')\n\n"
                      "@pytest.mark.cuda\ndef test_numba_is_the_other_backend():\n    pass\n\n"
@@ -225,6 +226,25 @@ def test_the_cuda_tests_step_counts_pytests_outcomes(tmp_path):
     assert result["passed"] is False and result["rc"] == 1
     assert [name.split("::")[-1] for name in result["failures"]] == ["test_cupy_fails"]
     assert "test_cupy_fails" in (pathlib.Path(check.out) / "pytest_cupy.txt").read_text()
+
+
+@pytest.mark.processes
+def test_a_cuda_test_run_cut_by_the_deadline_is_counted_so_far(tmp_path):
+    tests = tmp_path / "test_generated_slow.py"
+    tests.write_text("import time\nimport pytest\n\n"
+                     "@pytest.mark.cuda\n@pytest.mark.parametrize('case', ['a b', 'c'])\n"
+                     "def test_cupy_passes(case):\n    pass\n\n"
+                     "@pytest.mark.cuda\ndef test_cupy_fails():\n    assert False\n\n"
+                     "@pytest.mark.cuda\ndef test_cupy_sleeps():\n    time.sleep(120)\n")
+    check = make_check(tmp_path, deadline=time.time() + 10)
+    pathlib.Path(check.out).mkdir()
+    started = time.monotonic()
+    result = gpu_check_steps.run_cuda_tests(check, "cupy", files=[tests])
+    assert time.monotonic() - started < 30
+    assert result["rc"] is None and result["passed"] is False
+    assert result["counts"] == {"passed": 2, "failed": 1}
+    assert [name.split("::")[-1] for name in result["failures"]] == ["test_cupy_fails"]
+    assert "cut by the step's deadline" in result["note"]
 
 
 @pytest.mark.emulator
