@@ -266,6 +266,37 @@ def test_time_launches_on_the_host_stand_in_decodes_exactly(tmp_path):
         np.testing.assert_array_equal(got.reshape(image.shape), image)
 
 
+@pytest.mark.emulator
+def test_the_gpu_steps_run_their_cupy_code_on_a_fake_cupy(tmp_path, monkeypatch):
+    """The environment, smoke, timings and the ncu workload through their CuPy code (gpu.decode_batch,
+    cuda_c's launches, events, the device queries, the occupancy call) on tests/fake_cupy.py: CuPy's
+    calls over numpy, the kernels in the host emulation. The figures are the emulator's."""
+    import fake_cupy
+
+    fake_cupy.install(monkeypatch)
+    check = make_check(tmp_path, quick=True, dry_run=False, gpu=True, frame_shape=(64, 160),
+                       deadline=time.time() + 600)
+    assert gpu_check_steps.step_env(check)["gpu"].startswith("Emulated sm_90 (fake CuPy) (sm_90, 132 SMs")
+    smoke = gpu_check_kernels.step_smoke(check)
+    assert smoke["passed"] and smoke["equal_to_cpu"] == [True] * 6
+    kernels = {report["kernel"].split()[0] for report in smoke["occupancy"]}
+    assert kernels == {"l3_decode_compact", "l3_decode_fast", "l3_expand_lz"}
+    for report in smoke["occupancy"]:
+        assert (report["blocks per SM"], report["registers"]) == (fake_cupy.BLOCKS_PER_SM, fake_cupy.REGISTERS)
+    timings = gpu_check_kernels.step_timings(check)
+    assert timings["passed"] and not timings["cut_by_deadline"]
+    assert timings["device"] == "Emulated sm_90 (fake CuPy)"
+    batches = [(row["frames"], row["mode"], row["batch"]) for row in timings["rows"]]
+    photos = [("photos", mode, batch) for mode in ("compact", "fast") for batch in (1, 4, 16)]
+    assert batches == [*photos, ("labels", "compact", 16), ("labels", "fast", 16)]
+    assert all(row["implied issue rate"] > 0 for row in timings["rows"] if row["frames"] == "photos")
+    labels = [row for row in timings["rows"] if row["frames"] == "labels"]
+    assert all(row["expansions"] and row["expansion_ms"] > 0 for row in labels)
+    launches = gpu_check_kernels.ncu_workload(check)["launches"]
+    decoded = [launch for launch in launches if launch["kernel"] != "l3_expand_lz"]
+    assert sum(launch["samples"] for launch in decoded) == 2 * 4 * 64 * 160 * 3  # 4 photos a mode
+
+
 @pytest.mark.processes
 @pytest.mark.emulator
 def test_dry_run_runs_the_cpu_side_and_names_the_steps_skipped_for_want_of_a_gpu(tmp_path):
