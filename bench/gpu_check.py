@@ -40,7 +40,8 @@ REPO = BENCH.parent
 BUDGET_S = {False: 450, True: 240}  # keyed by --quick: the whole run under 8 minutes, --quick under 5
 MIN_STEP_S = 15  # a step is not started with less left
 STOP_GRACE_S = 5  # after SIGTERM to an overrunning step's group, before SIGKILL
-LOG_TAIL_LINES = 40
+LOG_TAIL_LINES = 40  # of a failed step's output, kept in results.json
+ERROR_LINES = 15  # of those, in summary.md
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,6 +108,7 @@ def ensure_importable() -> str:
     for name in ("kernels", "converters"):
         link = REPO / "l3codec" / name
         if not link.exists():
+            link.unlink(missing_ok=True)  # a dangling link
             link.symlink_to(pathlib.Path("..") / name)
             made.append(str(link.relative_to(REPO)))
     return f"made the links {', '.join(made)}" if made else "l3codec/kernels and l3codec/converters present"
@@ -250,8 +252,8 @@ def summary_lines(results: dict) -> list:
              "",
              "| step | outcome | seconds | note |", "|---|---|---|---|"]
     for name, step in steps.items():
-        note = step.get("result", {}).get("note", "")
-        lines.append(f"| {name} | {step['outcome']} | {step.get('seconds', '')} | {note} |")
+        note = step.get("result", {}).get("note") or last_line(step.get("error", ""))
+        lines.append(f"| {name} | {step['outcome']} | {step.get('seconds', '')} | {note.replace('|', '/')} |")
     no_gpu = [name for name, step in steps.items() if step["outcome"].startswith("skipped: no GPU")]
     if no_gpu:
         lines += ["", (f"Skipped for want of a GPU: {', '.join(no_gpu)}. A host stand-in ran for those that "
@@ -263,8 +265,14 @@ def summary_lines(results: dict) -> list:
         if section:
             lines += section
         if step.get("error"):
-            lines += ["```", step["error"][-1500:], "```"]
+            lines += ["```", *step["error"].splitlines()[-ERROR_LINES:], "```"]
     return lines
+
+
+def last_line(text: str) -> str:
+    """The last line that says something (an error's message), shortened for the step table."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1][:200] if lines else ""
 
 
 def write_reports(out: pathlib.Path, work: pathlib.Path, results: dict) -> None:

@@ -423,11 +423,13 @@ def timing_table(rows: list) -> list:
               "| implied warp-inst / cycle / SM (decode alone) | LZ | status | = CPU |")
     table = [header, "|" + "---|" * 12]
     for row in rows:
+        implied = "" if row.get("implied issue rate") is None else \
+            f"{figure(row['implied issue rate'])} ({figure(row['implied decode issue rate'])})"
         table.append(
             f"| {row['frames']} | {row['mode']} | {row['batch']} | {row['expansion_ms']:.3f} "
             f"| {row['decode_ms']:.3f} | {row['all_ms']:.3f} ({row['all_ms_median']:.3f}) "
             f"| {figure(row['GB/s'])} | {figure(row['decode GB/s'])} "
-            f"| {figure(row.get('implied issue rate'))} ({figure(row.get('implied decode issue rate'))}) "
+            f"| {implied} "
             f"| {row['expansions']} "
             f"| {'ok' if row['status_ok'] else 'BAD'} | {'yes' if row['equal_to_cpu'] else 'NO'} |")
     return table

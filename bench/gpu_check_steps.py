@@ -138,7 +138,7 @@ def run_cuda_tests(check, backend: str, files=CUDA_TEST_FILES) -> dict:
     """pytest -m cuda over the GPU test files, one backend's tests (-k), its output in
     out/pytest_<backend>.txt; a run cut by the step's deadline is counted from its verbose lines."""
     select = "numba" if backend == "numba" else "not numba"
-    command = [sys.executable, "-m", "pytest", "-m", "cuda", "-k", select, "-v", "-rfE",
+    command = [sys.executable, "-m", "pytest", "-m", "cuda", "-k", select, "-v", "-rfEs",
                "-p", "no:cacheprovider", "--continue-on-collection-errors", *map(str, files)]
     if not version_of("pytest_timeout").startswith("absent"):
         command.append(f"--timeout={PER_TEST_TIMEOUT_S}")
@@ -158,12 +158,13 @@ def run_cuda_tests(check, backend: str, files=CUDA_TEST_FILES) -> dict:
     summary_lines = re.findall(r"^(?:FAILED|ERROR) (\S+(?:::.+?)?)(?: - .*)?$", text, re.MULTILINE)
     verbose_lines = re.findall(r"^(\S+::.+?) (?:FAILED|ERROR)\b", text, re.MULTILINE)
     failures = sorted(set(summary_lines + verbose_lines))
+    skips = re.findall(r"^SKIPPED \[\d+\] .*$", text, re.MULTILINE)  # why, where nothing ran
     status = "cut by the step's deadline" if rc is None else f"exit status {rc}"
     note = ", ".join(f"{n} {word}" for word, n in counts.items()) + f" ({status})"
     return {"passed": rc == 0 and counts.get("passed", 0) > 0, "rc": rc, "counts": counts,
             "failures": failures, "note": note,
             "summary": [f"`{' '.join(command[1:])}`: {status}; output in {log.name}.",
-                        *[f"- {name}" for name in failures[:30]]]}
+                        *[f"- {name}" for name in failures[:30]], *[f"- {line}" for line in skips[:5]]]}
 
 
 def step_pytest_cupy(check) -> dict:

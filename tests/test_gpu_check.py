@@ -85,6 +85,8 @@ def test_failures_are_recorded_and_the_next_step_runs(tmp_path):
     summary = (out / "summary.md").read_text()
     for name, outcome in outcomes.items():
         assert f"| {name} | {outcome} |" in summary
+    row = r"\| raises \| error \(exit status 1\) \| [\d.]+ \| RuntimeError: deliberate failure"
+    assert re.search(row, summary)  # the step table names the error
     assert "Skipped for want of a GPU: gpu only, stand-in." in summary
     assert "deliberate failure inside a step" in summary and "- all well" in summary
     assert "deliberate failure inside a step" in (out / "steps.log").read_text()
@@ -130,9 +132,11 @@ def test_the_links_a_plain_checkout_lacks_are_made(tmp_path, monkeypatch):
     (tmp_path / "l3codec").mkdir()
     (tmp_path / "kernels").mkdir()
     (tmp_path / "converters").mkdir()
+    (tmp_path / "l3codec" / "converters").symlink_to(tmp_path / "gone")  # dangling
     monkeypatch.setattr(gpu_check, "REPO", tmp_path)
     assert gpu_check.ensure_importable() == "made the links l3codec/kernels, l3codec/converters"
-    assert (tmp_path / "l3codec" / "kernels").resolve() == (tmp_path / "kernels").resolve()
+    for name in ("kernels", "converters"):
+        assert (tmp_path / "l3codec" / name).resolve() == (tmp_path / name).resolve()
     assert gpu_check.ensure_importable() == "l3codec/kernels and l3codec/converters present"
 
 
@@ -226,6 +230,7 @@ def test_the_cuda_tests_step_counts_pytests_outcomes(tmp_path):
     assert result["passed"] is False and result["rc"] == 1
     assert [name.split("::")[-1] for name in result["failures"]] == ["test_cupy_fails"]
     assert "test_cupy_fails" in (pathlib.Path(check.out) / "pytest_cupy.txt").read_text()
+    assert "- SKIPPED [1] " in "\n".join(result["summary"])  # why a test did not run
 
 
 @pytest.mark.processes
@@ -282,7 +287,8 @@ def test_the_gpu_steps_run_their_cupy_code_on_a_fake_cupy(tmp_path, monkeypatch)
     kernels = {report["kernel"].split()[0] for report in smoke["occupancy"]}
     assert kernels == {"l3_decode_compact", "l3_decode_fast", "l3_expand_lz"}
     for report in smoke["occupancy"]:
-        assert (report["blocks per SM"], report["registers"]) == (fake_cupy.BLOCKS_PER_SM, fake_cupy.REGISTERS)
+        expected = (fake_cupy.BLOCKS_PER_SM, fake_cupy.REGISTERS)
+        assert (report["blocks per SM"], report["registers"]) == expected
     timings = gpu_check_kernels.step_timings(check)
     assert timings["passed"] and not timings["cut_by_deadline"]
     assert timings["device"] == "Emulated sm_90 (fake CuPy)"
