@@ -565,7 +565,8 @@ def step_ncu(check) -> dict:
     ok = done.returncode == 0 and bool(rows) and len(rows) == len(launches)
     note = f"{len(rows)} launches profiled" if ok else \
         f"ncu exit status {done.returncode}, {len(rows)} of {len(launches)} launches read"
-    stderr = done.stderr.strip()[-300:]
+    logged = done.stderr + (report.read_text(errors="replace") if report.exists() else "")
+    said = [line for line in logged.splitlines() if line.startswith("==")]  # ==PROF==, ==ERROR==, ==WARNING==
     return {"passed": ok, "rc": done.returncode, "measured": measured, "note": note,
-            "summary": [f"Estimate: {source}. Raw counters in ncu.txt; ncu's stderr ends: {stderr!r}",
-                        "", *table]}
+            "summary": [f"Estimate: {source}. Raw counters in ncu.txt.", "", *table, "",
+                        *[f"    {line}" for line in said[-8:]]]}

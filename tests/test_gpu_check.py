@@ -303,6 +303,59 @@ def test_the_gpu_steps_run_their_cupy_code_on_a_fake_cupy(tmp_path, monkeypatch)
     assert sum(launch["samples"] for launch in decoded) == 2 * 4 * 64 * 160 * 3  # 4 photos a mode
 
 
+FAKE_NCU = """#!{python}
+# Runs the program after ncu's options, then writes one smsp__inst_executed.sum row per launch the
+# workload listed (1000, 2000, ... instructions), as ncu --csv does, to the --log-file.
+import json, pathlib, subprocess, sys
+
+arguments = sys.argv[1:]
+log = arguments[arguments.index("--log-file") + 1]
+program = arguments[arguments.index("--log-file") + 2:]
+done = subprocess.run(program)
+context = json.loads(pathlib.Path(program[program.index("--context") + 1]).read_text())
+launches = json.loads((pathlib.Path(context["work"]) / "ncu_launches.json").read_text())
+lines = ["==PROF== Disconnected from process 7", ",".join(f'"{{name}}"' for name in (
+    "ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream", "Block Size",
+    "Grid Size", "Device", "CC", "Section Name", "Metric Name", "Metric Unit", "Metric Value"))]
+for index, launch in enumerate(launches):
+    lines.append(f'"{{index}}","7","python3","host","{{launch["kernel"]}}","1","7","(128, 1, 1)","(8, 1, 1)",'
+                 f'"0","9.0","Command line profiler metrics","smsp__inst_executed.sum","inst",'
+                 f'"{{1000 * (index + 1):,}}"')
+pathlib.Path(log).write_text("\\n".join(lines) + "\\n")
+sys.exit(done.returncode)
+"""
+
+
+@pytest.mark.processes
+@pytest.mark.emulator
+def test_the_ncu_step_pairs_each_profiled_launch_with_its_samples(tmp_path, monkeypatch):
+    """step_ncu with a stand-in ncu on PATH (it runs the workload on tests/fake_cupy.py and reports
+    made-up instruction counts): each launch's count divided by that launch's samples, set beside
+    the estimate for its kernel."""
+    shim, tools = tmp_path / "shim", tmp_path / "tools"
+    shim.mkdir()
+    tools.mkdir()
+    (shim / "cupy.py").write_text("import importlib\nimport sys\n\n"
+                                  "sys.modules[__name__] = importlib.import_module('fake_cupy')\n")
+    (tools / "ncu").write_text(FAKE_NCU.format(python=sys.executable))
+    (tools / "ncu").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
+    paths = [str(shim), str(REPO / "tests"), str(REPO), os.environ.get("PYTHONPATH", "")]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, paths)))
+    check = make_check(tmp_path, dry_run=False, gpu=True, frame_shape=(64, 160), deadline=time.time() + 300)
+    pathlib.Path(check.out).mkdir()
+    result = gpu_check_kernels.step_ncu(check)
+    assert result["passed"], result
+    launches = json.loads((tmp_path / "work" / "ncu_launches.json").read_text())
+    assert [row["kernel"] for row in result["measured"]] == [launch["kernel"] for launch in launches]
+    estimate, _ = gpu_check_kernels.estimated_per_sample()
+    for index, row in enumerate(result["measured"]):
+        assert row["warp-inst / sample"] == pytest.approx(1000 * (index + 1) / launches[index]["samples"])
+        part = "expansion" if row["kernel"] == "l3_expand_lz" else "decode"
+        assert row["estimate"] == estimate[row["mode"]][part]
+    assert {row["mode"] for row in result["measured"]} == {"compact", "fast"}
+
+
 @pytest.mark.processes
 @pytest.mark.emulator
 def test_dry_run_runs_the_cpu_side_and_names_the_steps_skipped_for_want_of_a_gpu(tmp_path):
