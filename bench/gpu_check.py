@@ -303,6 +303,17 @@ def child_main(target: str, folder: str, context: str) -> int:
     return 0
 
 
+def frame_shape(text: str) -> tuple:
+    """"HxW" as (H, W), each at least 16."""
+    try:
+        height, width = (int(n) for n in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not HxW (1024x2048, say)") from None
+    if min(height, width) < 16:
+        raise argparse.ArgumentTypeError(f"{text!r}: frames of at least 16x16")
+    return height, width
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -313,7 +324,7 @@ def main(argv=None) -> int:
                         help="no GPU steps even with a GPU: their host stand-ins on small frames")
     parser.add_argument("--corpus", default=None, help="the corpus folder (default ../shared/corpus, else "
                         "shared/corpus in the checkout); frames are generated when it has no hires2048/")
-    parser.add_argument("--frame-shape", default=None,
+    parser.add_argument("--frame-shape", default=None, type=frame_shape,
                         help="HxW of the frames (default 1024x2048; 128x256 with --dry-run)")
     parser.add_argument("--work", default=None, help="scratch folder (default: a new one under /tmp)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
@@ -324,15 +335,14 @@ def main(argv=None) -> int:
         return child_main(args.child, args.child_path, args.context)
     import gpu_check_data
 
-    full = "x".join(map(str, gpu_check_data.HIRES_SHAPE))
-    shape = args.frame_shape or ("128x256" if args.dry_run else full)
+    shape = args.frame_shape or ((128, 256) if args.dry_run else gpu_check_data.HIRES_SHAPE)
     work = pathlib.Path(args.work or tempfile.mkdtemp(prefix="l3-gpu-check-"))
     work.mkdir(parents=True, exist_ok=True)
     print(ensure_importable(), flush=True)
     check = Check(work=str(work), out=str(pathlib.Path(args.out).resolve()),
                   corpus=str(args.corpus or gpu_check_data.default_corpus()), quick=args.quick,
                   dry_run=args.dry_run, gpu=not args.dry_run and gpu_present(),
-                  frame_shape=tuple(int(n) for n in shape.split("x")))
+                  frame_shape=tuple(shape))
     results = run_steps(default_steps(), check, BUDGET_S[args.quick])
     print("\n".join(summary_lines(results)))
     return 0

@@ -128,6 +128,13 @@ def test_plan_step_skips_for_the_budget_a_missing_gpu_or_tool_and_caps_the_timeo
     assert gpu_check.plan_step(tool, check, left=500)[0] == "skipped: no-such-tool-l3 not on PATH"
 
 
+def test_frame_shapes_are_read_as_height_by_width():
+    assert gpu_check.frame_shape("1024x2048") == (1024, 2048)
+    for text in ("1024", "axb", "8x2048"):
+        with pytest.raises(gpu_check.argparse.ArgumentTypeError):
+            gpu_check.frame_shape(text)
+
+
 def test_the_links_a_plain_checkout_lacks_are_made(tmp_path, monkeypatch):
     (tmp_path / "l3codec").mkdir()
     (tmp_path / "kernels").mkdir()
