@@ -39,6 +39,7 @@ BENCH = pathlib.Path(__file__).resolve().parent
 REPO = BENCH.parent
 BUDGET_S = {False: 450, True: 240}  # keyed by --quick: the whole run under 8 minutes, --quick under 5
 MIN_STEP_S = 15  # a step is not started with less left
+STAND_IN_SHAPE = (128, 256)  # frames without a GPU: the emulator takes minutes over a 2048x1024 one
 STOP_GRACE_S = 5  # after SIGTERM to an overrunning step's group, before SIGKILL
 LOG_TAIL_LINES = 40  # of a failed step's output, kept in results.json
 ERROR_LINES = 15  # of those, in summary.md
@@ -325,7 +326,7 @@ def main(argv=None) -> int:
     parser.add_argument("--corpus", default=None, help="the corpus folder (default ../shared/corpus, else "
                         "shared/corpus in the checkout); frames are generated when it has no hires2048/")
     parser.add_argument("--frame-shape", default=None, type=frame_shape,
-                        help="HxW of the frames (default 1024x2048; 128x256 with --dry-run)")
+                        help="HxW of the frames (default 1024x2048; 128x256 without a GPU or with --dry-run)")
     parser.add_argument("--work", default=None, help="scratch folder (default: a new one under /tmp)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--child-path", help=argparse.SUPPRESS)
@@ -335,14 +336,14 @@ def main(argv=None) -> int:
         return child_main(args.child, args.child_path, args.context)
     import gpu_check_data
 
-    shape = args.frame_shape or ((128, 256) if args.dry_run else gpu_check_data.HIRES_SHAPE)
+    gpu = not args.dry_run and gpu_present()
+    shape = args.frame_shape or (gpu_check_data.HIRES_SHAPE if gpu else STAND_IN_SHAPE)
     work = pathlib.Path(args.work or tempfile.mkdtemp(prefix="l3-gpu-check-"))
     work.mkdir(parents=True, exist_ok=True)
     print(ensure_importable(), flush=True)
     check = Check(work=str(work), out=str(pathlib.Path(args.out).resolve()),
                   corpus=str(args.corpus or gpu_check_data.default_corpus()), quick=args.quick,
-                  dry_run=args.dry_run, gpu=not args.dry_run and gpu_present(),
-                  frame_shape=tuple(shape))
+                  dry_run=args.dry_run, gpu=gpu, frame_shape=tuple(shape))
     results = run_steps(default_steps(), check, BUDGET_S[args.quick])
     print("\n".join(summary_lines(results)))
     return 0

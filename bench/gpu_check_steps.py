@@ -188,7 +188,8 @@ def step_tree(check) -> dict:
     from l3codec.converters import convert
 
     source, converted = tree_paths(check)
-    count = STAND_IN_TREE_SAMPLES if check.dry_run else QUICK_TREE_SAMPLES if check.quick else TREE_SAMPLES
+    count = QUICK_TREE_SAMPLES if check.quick else TREE_SAMPLES
+    count = count if check.gpu else STAND_IN_TREE_SAMPLES
     frames = data.encoded_frames(check)
     started = time.perf_counter()
     shutil.rmtree(source, ignore_errors=True)
@@ -198,7 +199,7 @@ def step_tree(check) -> dict:
     for mode, destination in converted.items():
         started = time.perf_counter()
         shutil.rmtree(destination, ignore_errors=True)
-        summary = convert("cityscapes", source, destination, mode=mode, workers=0 if check.dry_run else None,
+        summary = convert("cityscapes", source, destination, mode=mode, workers=None if check.gpu else 0,
                           progress=False)
         result["convert"][mode] = {"samples": summary.samples, "failures": len(summary.failures),
                                    "l3_bytes": summary.l3_bytes,

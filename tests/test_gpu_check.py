@@ -260,7 +260,7 @@ def test_a_cuda_test_run_cut_by_the_deadline_is_counted_so_far(tmp_path):
 
 
 @pytest.mark.emulator
-def test_time_launches_on_the_host_stand_in_decodes_exactly(tmp_path):
+def test_time_launches_on_the_host_stand_in_decodes_exactly():
     """The timing loop launches as gpu.launch_packed does: the LZ expansion first, then one decode
     launch per mode and channel count, each item's status in its launch's slice."""
     images = [make_image("labels", 40, 300, 1, np.uint8, 1),
