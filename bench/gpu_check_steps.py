@@ -111,7 +111,7 @@ def step_frames(check) -> dict:
              "|---|---|---|---|---|---|"]
     for (kind, mode), encoded in frames["encoded"].items():
         raw, size = sum(image.nbytes for image in frames[kind]), sum(map(len, encoded))
-        expansions = len(batching.prepare(encoded, verify=False).expansions)
+        expansions = kernels.lz_expansions(batching.prepare(encoded, verify=False))
         rows[f"{kind} {mode}"] = {"count": len(encoded), "bytes": size, "ratio": raw / size,
                                   "expansions": expansions}
         table.append(f"| {kind} | {mode} | {len(encoded)} | {size / len(encoded) / 1e6:.2f} "
