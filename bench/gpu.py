@@ -451,7 +451,7 @@ def host_blocks(library_path: str) -> dict:
             file, _, number = place.rpartition(":")
             chain.append((name, pathlib.Path(file).name, int(number) if number.isdigit() else 0))
             index += 2
-        if not chain or chain[0][1] not in ("compact.cu", "fast.cu", "lz.cu", "l3_common.cuh", "l3_batch.cuh"):
+        if not chain or chain[0][1] not in ("compact.cu", "fast.cu", "lz.cu", "l3_common.cuh"):
             continue
         mode = next((m for m, (kernel, source) in KERNELS.items()
                      if chain[-1][0] == kernel or chain[-1][1] == source), None)

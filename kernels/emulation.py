@@ -55,20 +55,25 @@ def cache_dir() -> Path:
     return Path(os.environ.get("L3_EMULATION_CACHE", Path(tempfile.gettempdir()) / "l3codec-emulation"))
 
 
-def build_library(name: str, sources, generated=None, *, kernel_flags=()) -> ctypes.CDLL:
+def build_library(name: str, sources, generated=None, *, kernel_flags=(), appendices=None) -> ctypes.CDLL:
     """Compile C++/CUDA sources (paths) plus generated sources ({filename: text}) into a shared
     library with the emulation header forced in, and load it; cached by content hash. The kernels'
-    generated constants header (cuda_c.CONSTANTS_HEADER, the text NVRTC gets) is written beside the
-    build and found through -I. kernel_flags are added for the .cu units only (TRAFFIC_FLAGS: not for
-    the shim, whose emulator code must not count itself)."""
+    generated headers (cuda_c.GENERATED_HEADERS, the texts NVRTC gets) are written beside the build
+    and found through -I. kernel_flags are added for the .cu units only (TRAFFIC_FLAGS: not for the
+    shim, whose emulator code must not count itself). appendices: {source file name: text} compiled at
+    the end of that source's unit, where the source's own internals are in scope (the unit includes the
+    unchanged file, then the text)."""
     sources = [Path(p) for p in sources]
     generated = dict(generated or {})
-    constants = cuda_c.constants_header()
-    digest = hashlib.sha256(constants.encode())
+    appendices = dict(appendices or {})
+    headers = {filename: text() for filename, text in cuda_c.GENERATED_HEADERS.items()}
+    digest = hashlib.sha256()
+    for filename, text in headers.items():
+        digest.update(filename.encode() + text.encode())
     for part in (CXX, *CXXFLAGS, *kernel_flags, EMULATION_HEADER.read_text(), name):
         digest.update(part.encode())
     for path in sources:
-        digest.update(path.name.encode() + path.read_bytes())
+        digest.update(path.name.encode() + path.read_bytes() + appendices.get(path.name, "").encode())
     for header in sorted(KERNEL_DIR.glob("*.cuh")):
         digest.update(header.read_bytes())
     for filename, text in sorted(generated.items()):
@@ -77,11 +82,14 @@ def build_library(name: str, sources, generated=None, *, kernel_flags=()) -> cty
     library = directory / f"lib{name}.so"
     if not library.exists():
         directory.mkdir(parents=True, exist_ok=True)
-        header = directory / cuda_c.CONSTANTS_HEADER
-        temporary_header = directory / f"{cuda_c.CONSTANTS_HEADER}.{os.getpid()}"
-        temporary_header.write_text(constants)
-        os.replace(temporary_header, header)  # whole, for a concurrent build of the same digest
-        units = list(sources)
+        for filename, text in headers.items():  # each whole, for a concurrent build of the same digest
+            temporary_header = directory / f"{filename}.{os.getpid()}"
+            temporary_header.write_text(text)
+            os.replace(temporary_header, directory / filename)
+        units = [path for path in sources if path.name not in appendices]
+        for path in sources:
+            if path.name in appendices:
+                generated[path.name] = f'#include "{path.resolve()}"\n{appendices[path.name]}\n'
         for filename, text in generated.items():
             path = directory / filename
             path.write_text(text)
@@ -157,21 +165,11 @@ extern "C" int l3emu_expand(long long grid, int threads, long long shared_bytes,
 
 extern "C" const char* l3emu_last_error() { return cuda_emu::last_error(); }
 %(traffic_exports)s
-// field < 0: the struct size; else the byte offset of field number `field`
-extern "C" long long l3emu_item_layout(int field) {
-    static const long long offsets[] = {
-        offsetof(L3Item, width), offsetof(L3Item, height), offsetof(L3Item, channels), offsetof(L3Item, bits),
-        offsetof(L3Item, transform), offsetof(L3Item, tile_width), offsetof(L3Item, tile_height),
-        offsetof(L3Item, tiles_x), offsetof(L3Item, stream_base), offsetof(L3Item, region_y),
-        offsetof(L3Item, region_x), offsetof(L3Item, region_h), offsetof(L3Item, region_w),
-        offsetof(L3Item, out_offset), offsetof(L3Item, out_row_pitch), offsetof(L3Item, data_end)};
-    return field < 0 ? (long long)sizeof(L3Item) : offsets[field];
-}
-
-extern "C" long long l3emu_task_layout(int field) {
-    static const long long offsets[] = {offsetof(L3Task, item), offsetof(L3Task, tile_y), offsetof(L3Task, tile_x),
-                                        offsetof(L3Task, band_y)};
-    return field < 0 ? (long long)sizeof(L3Task) : offsets[field];
+// the generated structs as compiled: field < 0 gives the size of record number `record` (in
+// cuda_c.kernel_records() order), else the offset of its field number `field` (in its dtype's order)
+extern "C" long long l3emu_record_layout(int record, int field) {
+%(record_layouts)s
+    return -1;
 }
 
 extern "C" long long l3emu_compact_shared_bytes(long long channels, long long tile_width, long long sample_bytes) {
@@ -190,25 +188,30 @@ extern "C" long long l3emu_constant(int index) {
 }
 """
 
-ITEM_FIELDS = (
-    "width",
-    "height",
-    "channels",
-    "bits",
-    "transform",
-    "tile_width",
-    "tile_height",
-    "tiles_x",
-    "stream_base",
-    "region_y",
-    "region_x",
-    "region_h",
-    "region_w",
-    "out_offset",
-    "out_row_pitch",
-    "data_end",
-)
-TASK_FIELDS = ("item", "tile_y", "tile_x", "band_y")
+# Constants a kernel source keeps to itself (the kernel's choice, not Python's, so not in the generated
+# headers): the emulation build exports the values its source compiled with, for the tests that need them.
+PRIVATE_CONSTANTS = {"lz.cu": ("LZ_LOOKUP_BITS",)}
+
+
+def _record_layouts() -> str:
+    """The body of the shim's l3emu_record_layout: sizeof and offsetof of each generated struct."""
+    cases = []
+    for index, (name, (dtype, _)) in enumerate(cuda_c.kernel_records().items()):
+        offsets = ", ".join(f"offsetof({name}, {field})" for field in dtype.names)
+        cases.append(f"    if (record == {index}) {{\n"
+                     f"        static const long long offsets[] = {{{offsets}}};\n"
+                     f"        return field < 0 ? (long long)sizeof({name}) : offsets[field];\n    }}")
+    return "\n".join(cases)
+
+
+def _private_constants_appendix(source: str) -> str:
+    """What kernel_library compiles at the end of `source`'s unit: l3emu_private_<stem>(index), the
+    values of its PRIVATE_CONSTANTS."""
+    values = ", ".join(f"l3::{name}" for name in PRIVATE_CONSTANTS[source])
+    return (f"// {source}'s own constants as compiled, in emulation.PRIVATE_CONSTANTS order\n"
+            f'extern "C" long long l3emu_private_{Path(source).stem}(int index) {{\n'
+            f"    static const long long values[] = {{{values}}};\n    return values[index];\n}}")
+
 
 TRAFFIC_EXPORTS = r"""
 #include <dlfcn.h>
@@ -327,12 +330,14 @@ def kernel_library(build: str = "plain") -> ctypes.CDLL:
             "kernels": ", ".join(names),
             "traffic_exports": TRAFFIC_EXPORTS,
             "constants": ", ".join(f"l3::{name}" for name in cuda_c.kernel_constants()),
+            "record_layouts": _record_layouts(),
         }
         lib = build_library(
             "l3kernels" if build == "plain" else f"l3kernels-{build}",
             [KERNEL_DIR / name for name in cuda_c.SOURCES],
             {"shim.cpp": shim},
             kernel_flags=BUILD_FLAGS[build],
+            appendices={source: _private_constants_appendix(source) for source in PRIVATE_CONSTANTS},
         )
         i64, i32, ptr = ctypes.c_longlong, ctypes.c_int, ctypes.c_void_p
         lib.l3emu_launch.restype = i32
@@ -358,7 +363,9 @@ def kernel_library(build: str = "plain") -> ctypes.CDLL:
         lib.l3emu_expand.restype = i32
         lib.l3emu_expand.argtypes = [i64, i32, i64, i32, ctypes.c_uint, ptr, ptr, i64, ptr]
         lib.l3emu_last_error.restype = ctypes.c_char_p
-        for function in (lib.l3emu_item_layout, lib.l3emu_task_layout):
+        lib.l3emu_record_layout.restype, lib.l3emu_record_layout.argtypes = i64, [i32, i32]
+        for source in PRIVATE_CONSTANTS:
+            function = getattr(lib, f"l3emu_private_{Path(source).stem}")
             function.restype, function.argtypes = i64, [i32]
         lib.l3emu_compact_shared_bytes.restype = i64
         lib.l3emu_compact_shared_bytes.argtypes = [i64, i64, i64]
@@ -368,6 +375,21 @@ def kernel_library(build: str = "plain") -> ctypes.CDLL:
         bind_traffic(lib)
         _libraries[build] = lib
     return _libraries[build]
+
+
+def record_layouts(build: str = "plain") -> dict:
+    """{C struct name: (sizeof, {field: offsetof})} of the generated structs as the emulated kernels
+    were compiled with them (kernel_library(build)), in cuda_c.kernel_records() order."""
+    layout = kernel_library(build).l3emu_record_layout
+    return {name: (layout(index, -1), {field: layout(index, number) for number, field in enumerate(dtype.names)})
+            for index, (name, (dtype, _)) in enumerate(cuda_c.kernel_records().items())}
+
+
+def private_constants(build: str = "plain") -> dict:
+    """{name: value} of the PRIVATE_CONSTANTS as the emulated kernels were compiled with them."""
+    lib = kernel_library(build)
+    return {name: getattr(lib, f"l3emu_private_{Path(source).stem}")(index)
+            for source, names in PRIVATE_CONSTANTS.items() for index, name in enumerate(names)}
 
 
 def _pointer(array: np.ndarray) -> int:

@@ -6,8 +6,8 @@
 // g++ under cuda_emulation.h.
 #pragma once
 
-#include "l3_batch.cuh"
 #include "l3_constants.cuh"  // generated from the Python modules: kernels/cuda_c.py, constants_header
+#include "l3_records.cuh"    // L3Item, L3Task, L3Expansion from the numpy dtypes: cuda_c.py, records_header
 
 #define L3_DEVICE __device__ __forceinline__
 #define L3_HOST_DEVICE __host__ __device__ inline

@@ -2,8 +2,8 @@
 
 Everything a kernel trusts is built here from validated headers and stream tables
 (format.parse), with O(items + tiles) numpy work and no per-pixel or per-row loop.
-The tables are little-endian numpy record arrays whose layout the CUDA C kernels
-mirror as structs (kernels/l3_batch.cuh) and the Numba kernels index by field.
+The tables are little-endian numpy record arrays: the CUDA C kernels get them as structs generated
+from these dtypes (kernels/cuda_c.py, records_header) and the Numba kernels index them by field.
 This module imports neither cupy nor numba.
 
 A launch decodes the items of one mode (8- and 16-bit alike): one block per task,
@@ -74,8 +74,9 @@ def status_codes(entries) -> np.ndarray:
     return np.asarray(entries) & ((1 << STATUS_CODE_BITS) - 1)
 
 
-# One record per block: a tile of an item; in compact mode a band of a tile (band_y: the band's first
-# tile row), the bands of one tile decoded by blocks of their own (fast: band_y 0, the whole tile).
+# One record per block: a tile of an item (item: its index in the launch's items); in compact mode a band
+# of a tile (band_y: the band's first tile row), the bands of one tile decoded by blocks of their own
+# (fast: band_y 0, the whole tile).
 TASK_DTYPE = np.dtype([("item", "<i8"), ("tile_y", "<i8"), ("tile_x", "<i8"), ("band_y", "<i8")])
 assert TASK_DTYPE.itemsize == 4 * 8
 

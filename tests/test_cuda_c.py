@@ -12,8 +12,6 @@ import pytest
 import l3codec
 from corruption import mutate_payload, reseal, status_cases
 from l3codec.kernels.emulation import (
-    ITEM_FIELDS,
-    TASK_FIELDS,
     EmulationError,
     build_library,
     decode_batch_emulated,
@@ -327,7 +325,7 @@ def test_coded_lz_codes_longer_than_the_kernels_lookup():
     canonical code for longer ones: a block whose tables hold both (geometric noise, whose rare values,
     tokens and offsets get long codes) expands to the CPU decoder's pixels, and damaged copies of it
     give the CPU decoder's statuses."""
-    lookup_bits = int(re.search(r"LZ_LOOKUP_BITS = (\d+),", (cuda_c.KERNEL_DIR / "lz.cu").read_text()).group(1))
+    lookup_bits = emulation.private_constants()["LZ_LOOKUP_BITS"]  # as the emulated lz.cu was compiled
     image = np.minimum(np.random.default_rng(1).geometric(0.5, (64, 512)) - 1, 255).astype(np.uint8)
     data = _encode(image, "fast", 512, 64)
     buf = np.frombuffer(data, np.uint8)
@@ -522,18 +520,6 @@ def test_emulator_runs_a_correct_kernel(test_kernels, order):
 
 
 # ---------------------------------------------------------------- host-side tables and formulas
-
-
-def test_c_structs_match_the_batch_dtypes():
-    lib = kernel_library()
-    assert lib.l3emu_item_layout(-1) == l3batch.ITEM_DTYPE.itemsize
-    assert lib.l3emu_task_layout(-1) == l3batch.TASK_DTYPE.itemsize
-    assert ITEM_FIELDS == l3batch.ITEM_DTYPE.names and TASK_FIELDS == l3batch.TASK_DTYPE.names
-    for i, name in enumerate(ITEM_FIELDS):
-        assert lib.l3emu_item_layout(i) == l3batch.ITEM_DTYPE.fields[name][1], name
-        assert l3batch.ITEM_DTYPE.fields[name][0] == np.dtype("<i8")
-    for i, name in enumerate(TASK_FIELDS):
-        assert lib.l3emu_task_layout(i) == l3batch.TASK_DTYPE.fields[name][1], name
 
 
 def test_shared_memory_formulas_match_the_kernels():
@@ -824,18 +810,20 @@ def test_a_launch_constant_that_disagrees_with_its_struct_fails_the_build(monkey
 
 
 def test_compiler_messages_name_the_real_file_and_line(tmp_path, monkeypatch):
-    """#line directives around the inlined headers: an error in a header is reported at its line."""
+    """#line directives around the inlined headers: an error in a header, after the generated headers it
+    includes, is reported at its line."""
     pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-bindings (NVRTC) is not installed")
     import shutil
 
     for path in cuda_c.KERNEL_DIR.glob("*.cu*"):
         shutil.copy(path, tmp_path / path.name)
     monkeypatch.setattr(cuda_c, "KERNEL_DIR", tmp_path)
-    header = tmp_path / "l3_batch.cuh"
+    header = tmp_path / "l3_common.cuh"
     lines = header.read_text().splitlines()
-    lines.insert(20, "this_is_not_cuda;")
+    assert cuda_c.RECORDS_HEADER in "".join(lines[:11])
+    lines.insert(11, "this_is_not_cuda;")
     header.write_text("\n".join(lines))
-    with pytest.raises(RuntimeError, match=r"l3_batch\.cuh\(21\)"):
+    with pytest.raises(RuntimeError, match=r"l3_common\.cuh\(12\)"):
         cuda_c.nvrtc_compile("fast.cu", "sm_80")
 
 
