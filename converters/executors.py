@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 import threading
+import time
 
 from l3codec.lifeline import watch_owner
 
@@ -37,7 +38,8 @@ def _init_pool_process(queue, coordinator: int, warm: tuple = (), notice=None) -
     if notice is not None:  # one first-use notice for the whole pool
         from l3codec import first_use
 
-        first_use.coordinator.share_notice(notice)
+        # through the coordinator's progress bar, which would draw over it on stderr
+        first_use.coordinator.share_notice(notice, write=lambda text: queue.put(("notice", text)))
     # the pool's processes are children of the forkserver, not of the coordinator: they watch it
     # themselves, so that a coordinator killed outright (SIGKILL, OOM) leaves no process behind
     watch_owner(coordinator, "coordinator-watch")
@@ -72,14 +74,19 @@ def _numba_start_lock_without_semaphore() -> None:
 def _compile_ahead(warm: tuple) -> None:
     """Compile (or load) what the tasks will run, each function in one worker at a time: a
     worker takes the list from its own starting point, so two workers compile two different
-    functions side by side, then load each other's from the cache instead of compiling it too."""
-    from l3codec import warmup
+    functions side by side, then load each other's from the cache instead of compiling it too.
+    What a worker compiled goes to the progress queue as ("compiled", (verb, mode, bits, channels),
+    seconds): on an empty cache that is all that happens for the first minute or more."""
+    from l3codec import first_use, warmup
 
     if not warm:
         return
     start = os.getpid() % len(warm)
-    for verb, mode, bits, channels in warm[start:] + warm[:start]:
-        warmup.exercise_once(verb, mode, bits, channels)
+    for kind in warm[start:] + warm[:start]:
+        misses, began = first_use.coordinator.misses, time.perf_counter()
+        warmup.exercise_once(*kind)
+        if _progress_queue is not None and first_use.coordinator.misses > misses:
+            _progress_queue.put(("compiled", kind, time.perf_counter() - began))
 
 
 class InlineExecutor:
