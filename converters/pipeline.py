@@ -398,6 +398,7 @@ class _Progress:
         self.first_converted = None  # when a pool's first converted images came: its start and compiling end
         self.rate_from = self.started  # the bar's MB/s counts from its first images
         self.bar = None
+        self.enabled = enabled
         if enabled:
             try:
                 from tqdm import tqdm
@@ -446,8 +447,9 @@ class _Progress:
             self.bar.refresh()
 
     def compiled(self, kind: tuple, seconds: float) -> None:
-        """A worker compiled kind (verb, mode, bits, channels): one line above the bar (none without one)."""
-        if self.bar is not None:
+        """A worker compiled kind (verb, mode, bits, channels): one line above the bar, or alone where
+        tqdm is not installed (the user install); none with progress off."""
+        if self.enabled:
             verb, mode, bits, channels = kind
             self.write(f"l3codec: compiled the {mode} {verb}r for {bits}-bit images of {channels} "
                        f"channel{'s' * (channels > 1)} in {seconds:.1f} s")
