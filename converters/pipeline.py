@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import l3codec
-from l3codec import dataset, sources
+from l3codec import dataset, first_use, sources
 from l3codec.fields import field as field_named
 from l3codec.format import DEFAULT_MAX_PIXELS, MAX_PIXELS, MODES, L3Error
 from l3codec.sources import UnreadableSource
@@ -450,9 +450,7 @@ class _Progress:
         """A worker compiled kind (verb, mode, bits, channels): one line above the bar, or alone where
         tqdm is not installed (the user install); none with progress off."""
         if self.enabled:
-            verb, mode, bits, channels = kind
-            self.write(f"l3codec: compiled the {mode} {verb}r for {bits}-bit images of {channels} "
-                       f"channel{'s' * (channels > 1)} in {seconds:.1f} s")
+            self.write(f"l3codec: compiled the {first_use.described(kind)} in {seconds:.1f} s")
 
     def advance(self, images: int, source_bytes: int) -> None:
         if source_bytes and self.first_converted is None and self.queue is not None:  # per image, not per shard

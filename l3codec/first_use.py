@@ -37,10 +37,13 @@ NOTICE = ("l3codec: compiling the CPU codec{what} (first use: 5-25 s per verb, m
 
 def notice(current) -> str:
     """NOTICE naming what compiles: current is (verb, mode, bits, channels) or None."""
-    if current is None:
-        return NOTICE.format(what="")
-    verb, mode, bits, channels = current
-    return NOTICE.format(what=f"'s {mode} {verb}r for {bits}-bit images of {channels} channel{'s' * (channels > 1)}")
+    return NOTICE.format(what="" if current is None else f"'s {described(current)}")
+
+
+def described(kind) -> str:
+    """'compact encoder for 8-bit images of 3 channels' for kind (verb, mode, bits, channels)."""
+    verb, mode, bits, channels = kind
+    return f"{mode} {verb}r for {bits}-bit images of {channels} channel{'s' * (channels > 1)}"
 
 
 def lock_path(cache_path: str, verb: str, mode: str, bits: int) -> pathlib.Path:

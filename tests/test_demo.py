@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from l3codec import demo
+from l3codec import demo, first_use, warmup
 
 README = Path(__file__).parent.parent / "README.md"
 
@@ -29,12 +29,24 @@ def test_scenes_are_deterministic_and_labelled_where_drawn():
     assert np.array_equal(cars, labels == demo.CAR) and instances.dtype == np.uint16
 
 
-def test_the_demo_reads_back_every_pixel_in_this_process(tmp_path, capsys):
+def test_the_demo_reads_back_every_pixel_in_this_process(tmp_path, capsys, monkeypatch):
     pytest.importorskip("torch")
+    exercise = warmup.exercise
+
+    def compiling(*kind):  # as on an empty cache, whatever this process's cache holds
+        exercise(*kind)
+        first_use.coordinator.misses += 1
+
+    monkeypatch.setattr(warmup, "exercise", compiling)
     assert demo.run(str(tmp_path / "demo"), workers=0) == 0
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     assert "every sample verified" in out and "every pixel equal to its source" in out
     assert "where the time went" in out
+    # while it compiles (minutes on a busy machine) it says what is ready, one line each
+    ready = [line for line in err.splitlines() if line.endswith(" s)") and " is ready (" in line]
+    assert [line.split(" is ready (")[0] for line in ready] == [
+        f"l3codec: the {first_use.described((verb, 'compact', bits, channels))}"
+        for verb in warmup.VERBS for channels, bits in ((3, 8), (1, 8), (1, 16))]
 
 
 @pytest.mark.processes
