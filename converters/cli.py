@@ -87,6 +87,10 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+# all that a run stopped by Ctrl-C or SIGTERM prints on stderr (after any first-use notice)
+STOPPED = "l3convert: {how}; finished shards are kept, rerun with --resume to finish"
+
+
 class _Terminated(KeyboardInterrupt):
     """SIGTERM (what schedulers and `docker stop` send), handled as Ctrl-C is."""
 
@@ -137,8 +141,7 @@ def _run(args) -> int:
             **options)
     except KeyboardInterrupt as stop:
         terminated = isinstance(stop, _Terminated)
-        print(f"l3convert: {'terminated' if terminated else 'interrupted'}; finished shards are kept, "
-              "rerun with --resume to finish", file=sys.stderr)
+        print(STOPPED.format(how="terminated" if terminated else "interrupted"), file=sys.stderr)
         return 143 if terminated else 130
     except (LayoutError, ConvertError, ExecutorError, L3Error, ValueError, FileNotFoundError) as error:
         print(f"l3convert: {error}", file=sys.stderr)

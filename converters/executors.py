@@ -9,10 +9,13 @@ The conversion pipeline submits whole-shard tasks and never knows which engine r
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import multiprocessing
 import os
 import signal
 import sys
+import threading
+import time
 
 from l3codec.lifeline import watch_owner
 
@@ -35,7 +38,8 @@ def _init_pool_process(queue, coordinator: int, warm: tuple = (), notice=None) -
     if notice is not None:  # one first-use notice for the whole pool
         from l3codec import first_use
 
-        first_use.coordinator.share_notice(notice)
+        # through the coordinator's progress bar, which would draw over it on stderr
+        first_use.coordinator.share_notice(notice, write=lambda text: queue.put(("notice", text)))
     # the pool's processes are children of the forkserver, not of the coordinator: they watch it
     # themselves, so that a coordinator killed outright (SIGKILL, OOM) leaves no process behind
     watch_owner(coordinator, "coordinator-watch")
@@ -47,23 +51,42 @@ def _init_pool_process(queue, coordinator: int, warm: tuple = (), notice=None) -
         # its own thread count: NUMBA_NUM_THREADS changed now fails the next compile (RuntimeError)
         import numba
 
+        _numba_start_lock_without_semaphore()
         numba.set_num_threads(1)
     else:
         os.environ["NUMBA_NUM_THREADS"] = "1"
+        _numba_start_lock_without_semaphore()
     _compile_ahead(warm)
+
+
+def _numba_start_lock_without_semaphore() -> None:
+    """Numba guards the start of its threading layer with a multiprocessing RLock where the start
+    method contains "fork" (forkserver does): a named semaphore, registered with the coordinator's
+    resource tracker. A worker stopped by terminate() (Ctrl-C, SIGTERM) never unlinks it, and the
+    tracker then warns of "leaked semaphore objects" after l3convert's one-line message. Made in
+    this process, after the fork, it guards nothing another process shares: a thread lock does as much."""
+    from numba.np.ufunc import parallel
+
+    if getattr(parallel, "_backend_init_process_lock", False) is None:  # not made yet (the name is Numba's)
+        parallel._backend_init_process_lock = threading.RLock()
 
 
 def _compile_ahead(warm: tuple) -> None:
     """Compile (or load) what the tasks will run, each function in one worker at a time: a
     worker takes the list from its own starting point, so two workers compile two different
-    functions side by side, then load each other's from the cache instead of compiling it too."""
-    from l3codec import warmup
+    functions side by side, then load each other's from the cache instead of compiling it too.
+    What a worker compiled goes to the progress queue as ("compiled", (verb, mode, bits, channels),
+    seconds): on an empty cache that is all that happens for the first minute or more."""
+    from l3codec import first_use, warmup
 
     if not warm:
         return
     start = os.getpid() % len(warm)
-    for verb, mode, bits, channels in warm[start:] + warm[:start]:
-        warmup.exercise_once(verb, mode, bits, channels)
+    for kind in warm[start:] + warm[:start]:
+        misses, began = first_use.coordinator.misses, time.perf_counter()
+        warmup.exercise_once(*kind)
+        if _progress_queue is not None and first_use.coordinator.misses > misses:
+            _progress_queue.put(("compiled", kind, time.perf_counter() - began))
 
 
 class InlineExecutor:
@@ -107,7 +130,8 @@ class PoolExecutor:
         )
 
     def submit(self, fn, /, *args, **kwargs):
-        return self._pool.submit(fn, *args, **kwargs)
+        with _stop_signals_held():  # the pool may be starting a worker
+            return self._pool.submit(fn, *args, **kwargs)
 
     def as_completed(self, futures):
         return concurrent.futures.as_completed(futures)
@@ -119,19 +143,47 @@ class PoolExecutor:
         self._pool.shutdown(wait=True, cancel_futures=cancel)
 
 
+@contextlib.contextmanager
+def _stop_signals_held():
+    """SIGINT and SIGTERM wait for the end of the block, then arrive as they would have. A pool's submit
+    may start a worker: one stopped after the forkserver forked it and before the pool recorded it
+    is a worker shutdown cannot stop, which then fails, with a traceback, on the queues shutdown removed."""
+    if threading.current_thread() is not threading.main_thread():  # only it can set handlers
+        yield
+        return
+    caught = []
+    previous = {signum: signal.signal(signum, lambda number, frame: caught.append(number))
+                for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+        if caught:
+            signal.raise_signal(caught[0])
+
+
 def _start_forkserver() -> None:
     """Start the forkserver without the current directory on its path. It runs `python -c`, whose
     path starts with the current directory (CPython's forkserver ignores the coordinator's path):
     run beside a checkout named l3codec, with l3codec installed editable, that checkout's root
     would be imported as a namespace package l3codec without the codec, and every worker would fail.
-    PYTHONSAFEPATH (Python 3.11+) leaves the current directory out."""
+    PYTHONSAFEPATH (Python 3.11+) leaves the current directory out.
+    It also starts ignoring SIGINT, and so does every worker it forks: Ctrl-C reaches the whole
+    process group, and one that came while the forkserver imported the codec, or before a worker's
+    initializer ran, printed their tracebacks. SIG_IGN survives exec, and Python then keeps it; the
+    coordinator ignores a Ctrl-C too for the milliseconds the forkserver takes to start."""
     from multiprocessing import forkserver
 
     previous = os.environ.get("PYTHONSAFEPATH")
     os.environ["PYTHONSAFEPATH"] = "1"
+    in_main_thread = threading.current_thread() is threading.main_thread()  # only it can set handlers
+    previous_sigint = signal.signal(signal.SIGINT, signal.SIG_IGN) if in_main_thread else None
     try:
         forkserver.ensure_running()
     finally:
+        if in_main_thread:
+            signal.signal(signal.SIGINT, signal.SIG_DFL if previous_sigint is None else previous_sigint)
         if previous is None:
             del os.environ["PYTHONSAFEPATH"]
         else:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import l3codec
-from l3codec import dataset, sources
+from l3codec import dataset, first_use, sources
 from l3codec.fields import field as field_named
 from l3codec.format import DEFAULT_MAX_PIXELS, MAX_PIXELS, MODES, L3Error
 from l3codec.sources import UnreadableSource
@@ -396,7 +396,9 @@ class _Progress:
         self.source_bytes = 0
         self.started = time.perf_counter()
         self.first_converted = None  # when a pool's first converted images came: its start and compiling end
+        self.rate_from = self.started  # the bar's MB/s counts from its first images
         self.bar = None
+        self.enabled = enabled
         if enabled:
             try:
                 from tqdm import tqdm
@@ -413,10 +415,42 @@ class _Progress:
     def _drain(self) -> None:
         while not self._stop.is_set():
             try:
-                images, source_bytes, _ = self.queue.get(timeout=0.2)
-            except (queue_module.Empty, OSError, EOFError, ValueError):
+                message = self.queue.get(timeout=0.2)
+            except queue_module.Empty:
+                self._tick()
                 continue
-            self.advance(images, source_bytes)
+            except (OSError, EOFError, ValueError):
+                continue
+            self._take(message)
+
+    def _take(self, message) -> None:
+        """One worker message: (images, source bytes, written bytes), ("compiled", kind, seconds) or
+        ("notice", first-use notice)."""
+        if message[0] == "compiled":
+            self.compiled(*message[1:])
+        elif message[0] == "notice":
+            self.write(message[1])
+        else:
+            self.advance(*message[:2])
+
+    def write(self, text: str) -> None:
+        """A line on stderr, above the bar if there is one."""
+        if self.bar is not None:
+            self.bar.write(text, file=sys.stderr)
+        else:
+            print(text, file=sys.stderr, flush=True)
+
+    def _tick(self) -> None:
+        """Before the first image the bar gets no update, and tqdm moves its clock only on one: on an
+        empty cache that kept it at 00:00 for the minute or more the workers compiled."""
+        if self.bar is not None and self.bar.n == 0:
+            self.bar.refresh()
+
+    def compiled(self, kind: tuple, seconds: float) -> None:
+        """A worker compiled kind (verb, mode, bits, channels): one line above the bar, or alone where
+        tqdm is not installed (the user install); none with progress off."""
+        if self.enabled:
+            self.write(f"l3codec: compiled the {first_use.described(kind)} in {seconds:.1f} s")
 
     def advance(self, images: int, source_bytes: int) -> None:
         if source_bytes and self.first_converted is None and self.queue is not None:  # per image, not per shard
@@ -425,11 +459,12 @@ class _Progress:
         if self.bar is not None:
             if self.bar.n == 0 and images:
                 # the first images end the workers' start, which on an empty cache is most of a minute
-                # of compiling: the bar's rate and time left count from here (from the start they showed
-                # 26 minutes left for the 35-image corpus)
+                # of compiling: the bar's rate, time left and MB/s count from here (from the start they
+                # showed 26 minutes left for the 35-image corpus)
                 self.bar.reset()
+                self.rate_from = time.perf_counter()
             self.bar.update(images)
-            seconds = max(time.perf_counter() - self.started, 1e-9)
+            seconds = max(time.perf_counter() - self.rate_from, 1e-9)
             self.bar.set_postfix_str(f"{self.source_bytes / 1e6 / seconds:.3g} MB/s", refresh=False)
 
     def shard_done(self, record: dict) -> None:
@@ -442,8 +477,7 @@ class _Progress:
             self._thread.join(timeout=1)
             try:  # what the workers reported after the drain stopped
                 while True:
-                    images, source_bytes, _ = self.queue.get_nowait()
-                    self.advance(images, source_bytes)
+                    self._take(self.queue.get_nowait())
             except (queue_module.Empty, OSError, EOFError, ValueError):
                 pass
         if self.bar is not None:

@@ -90,7 +90,7 @@ def write_tree(root: str, *, seed: int = 0, per_city: dict | None = None) -> lis
 def run(directory: str, *, workers: int = 2, seed: int = 0, out=None) -> int:
     """Generate, convert (verified), read back through the Loader, check; 0 when every pixel matches.
     Reports to out (default: sys.stdout)."""
-    from . import warmup
+    from . import first_use, warmup
     from .converters import convert
     from .format import L3Error
 
@@ -105,10 +105,14 @@ def run(directory: str, *, workers: int = 2, seed: int = 0, out=None) -> int:
     timings["generate the source tree"] = time.perf_counter() - started
     print(f"wrote {len(paths)} scenes and their label maps ({WIDTH}x{HEIGHT}) to {source}", file=out)
 
-    started = time.perf_counter()
+    started, misses = time.perf_counter(), first_use.coordinator.misses
     for verb in warmup.VERBS:  # what the conversion and the loader use: compiled once, then cached
         for channels, bits in ((3, 8), (1, 8), (1, 16)):
+            step_started = time.perf_counter()
             warmup.exercise(verb, "compact", bits, channels)
+            if first_use.coordinator.misses > misses:  # compiling (a decoder may be a sibling's): how far it is
+                print(f"l3codec: the {first_use.described((verb, 'compact', bits, channels))} is ready "
+                      f"({time.perf_counter() - step_started:.1f} s)", file=sys.stderr, flush=True)
     timings["compile the codec (or load it from the cache)"] = time.perf_counter() - started
 
     started = time.perf_counter()

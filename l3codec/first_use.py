@@ -37,10 +37,13 @@ NOTICE = ("l3codec: compiling the CPU codec{what} (first use: 5-25 s per verb, m
 
 def notice(current) -> str:
     """NOTICE naming what compiles: current is (verb, mode, bits, channels) or None."""
-    if current is None:
-        return NOTICE.format(what="")
-    verb, mode, bits, channels = current
-    return NOTICE.format(what=f"'s {mode} {verb}r for {bits}-bit images of {channels} channel{'s' * (channels > 1)}")
+    return NOTICE.format(what="" if current is None else f"'s {described(current)}")
+
+
+def described(kind) -> str:
+    """'compact encoder for 8-bit images of 3 channels' for kind (verb, mode, bits, channels)."""
+    verb, mode, bits, channels = kind
+    return f"{mode} {verb}r for {bits}-bit images of {channels} channel{'s' * (channels > 1)}"
 
 
 def lock_path(cache_path: str, verb: str, mode: str, bits: int) -> pathlib.Path:
@@ -137,11 +140,15 @@ class FirstUse:
         self._awaited = set()  # (mode name, bits) whose first decode in this process waited for any sibling
         self._announced = False
         self._shared_notice = None
+        self._write_notice = None  # where NOTICE goes instead of stderr (share_notice)
+        self.misses = 0  # the drivers' cache misses in this process: a caller can tell a compile from a load
 
-    def share_notice(self, flag) -> None:
+    def share_notice(self, flag, write=None) -> None:
         """The processes of one pool share flag (a multiprocessing Value("b")): the first of them
-        to compile prints NOTICE for all, rather than each its own copy."""
+        to compile prints NOTICE for all, rather than each its own copy. write(text), if given,
+        takes NOTICE instead of stderr: a progress bar drawn by another process would overwrite it."""
         self._shared_notice = flag
+        self._write_notice = write
 
     def announce(self) -> None:
         """NOTICE on stderr, once per process (once per pool where share_notice was called)."""
@@ -153,7 +160,10 @@ class FirstUse:
                 if self._shared_notice.value:
                     return
                 self._shared_notice.value = 1
-        print(notice(self._verb.get()), file=sys.stderr, flush=True)
+        if self._write_notice is not None:
+            self._write_notice(notice(self._verb.get()))
+        else:
+            print(notice(self._verb.get()), file=sys.stderr, flush=True)
 
     def started(self) -> dict:
         """{(mode name, bits): Sibling or None} of the decoders this process started siblings for."""
@@ -183,6 +193,7 @@ class FirstUse:
         decoder meanwhile, on the other core: a round trip's two compilations then take about as
         long as the longer one. A decode starts none: processes that decode first (loader workers,
         `l3 decode`) rarely encode."""
+        self.misses += 1
         self.announce()
         current = self._verb.get()
         if not self.siblings or current is None or current[0] != "encode":

@@ -2,6 +2,7 @@
 
 import json
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -223,6 +224,40 @@ def test_the_progress_bar_times_the_conversion_not_the_workers_start():
         assert progress.bar.n == 3
     finally:
         progress.close()
+
+
+def test_while_the_workers_compile_the_bar_clock_moves_and_says_what_they_compiled(capsys, monkeypatch):
+    """On an empty cache a pool's workers compile for a minute or more before the first image: the
+    bar's clock moves meanwhile, and the first-use notice and each compiled function come as lines
+    above the bar (a worker printing the notice itself had it drawn over by the bar)."""
+    import queue
+    import time
+
+    from l3codec import first_use
+    from l3codec.converters.pipeline import _Progress
+
+    notice = first_use.notice(("encode", "compact", 8, 3))
+    for enabled, tqdm_installed in ((True, True), (True, False), (False, True)):
+        if not tqdm_installed:  # the user install has no tqdm: no bar, the lines still come
+            monkeypatch.setitem(sys.modules, "tqdm", None)
+        messages = queue.Queue()
+        progress = _Progress(10, enabled, messages)
+        monkeypatch.undo()
+        try:
+            if enabled and tqdm_installed:
+                progress.bar.start_t -= 2  # as if the workers had been compiling for 2 s
+                time.sleep(0.5)  # no message: the drain waits 0.2 s for one, then redraws the bar
+                assert "0/10 [00:02<" in capsys.readouterr().err
+            messages.put(("notice", notice))
+            messages.put(("compiled", ("encode", "compact", 8, 3), 61.04))
+            messages.put((1, 100, 50))
+        finally:
+            progress.close()
+        lines = capsys.readouterr().err.replace("\r", "\n").splitlines()
+        assert notice in lines
+        compiled = "l3codec: compiled the compact encoder for 8-bit images of 3 channels in 61.0 s"
+        assert (compiled in lines) == enabled  # progress, which --no-progress leaves out
+        assert progress.source_bytes == 100
 
 
 def test_the_summary_rate_leaves_out_the_pools_start_and_says_how_long_it_took():

@@ -142,6 +142,18 @@ if __name__ == "__main__":
 """
 
 
+def test_a_pools_notice_goes_where_it_is_told_and_its_misses_are_counted(tmp_path, capsys):
+    """The converter's pool sends the notice to its progress bar (which would draw over it on
+    stderr), and tells a compile from a cache load by the misses."""
+    coordinator = first_use.FirstUse(siblings=False)
+    lines = []
+    coordinator.share_notice(None, write=lines.append)
+    coordinator.cache_missed(str(tmp_path))
+    coordinator.cache_missed(str(tmp_path))
+    assert lines == [first_use.notice(None)] and coordinator.misses == 2
+    assert capsys.readouterr().err == ""
+
+
 def test_the_processes_of_a_pool_say_they_compile_once(tmp_path):
     """The converter's and the loader's pools share a flag (executors._init_pool_process,
     loader.workers._worker_init): the first of their processes to miss the cache prints the notice."""
