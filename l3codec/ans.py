@@ -1,0 +1,420 @@
+"""compact v2 (issue #39, a draft for format 10; encode() does not write it yet): a static-table rANS coder
+for compact's MED residuals.
+
+Single-source row functions, as compact.py's: plain Python (the reference, and what runs under
+NUMBA_DISABLE_JIT=1) compiled by ans_cpu.py with numba.njit and, later, numba.cuda.jit(device=True).
+docs/compact-v2-draft.md is the bitstream; bench/results/compact-v2-model.md the measurements behind it.
+
+- A sample's residual (compact's MED prediction and neighbour rules, optionally less a static bias per
+  gradient context) is zigzagged to m and split the JPEG XL way into a token and raw low bits
+  (hybrid_token): tokens below 2^SPLIT_EXPONENT are m itself, larger m send their bit length and
+  MANTISSA_BITS bits below the top bit as the token, the rest raw.
+- Each token is coded with a static table chosen by the sample's activity |W-NW| + |N-NW| in
+  ANS_CONTEXTS bins. Tables are quantised to 2^precision (every used token >= 1).
+- One rANS state per row stream: 32-bit state, 16-bit words, L = 2^16. The encoder walks the row backwards
+  from state 0 and writes backwards; its final state leads the stream in the fewest bytes that hold it
+  (the decoder takes the count from the stream's length: <= 2 bytes all state, else odd 3, even 4), then
+  the words in the order the decoder reads them. The decoder reads a word whenever its state is below L
+  and words remain, and must end on state 0 with no word left. Starting at 0 lets the first ~16 bits of
+  the row ride in the state instead of in words, and the short flush saves most of what is left of the
+  4-byte final state (bench/compact_v2_model.py --study flush: -1.7% of the file at 512-wide tiles).
+"""
+
+import numpy as np
+
+from .bitio import bit_length, put_bits, read_bits
+from .compact import med, neighbours, unzigzag, zigzag
+from .format import COMPACT_BAND_ROWS
+from .jit import device
+
+ANS_LOW = 1 << 16  # L: the decoder's state is at least L while words remain
+ANS_WORD_BITS = 16
+ANS_MAX_PRECISION = 12  # slot entries pack a frequency of up to 2^12 in 13 bits and an offset in 12
+ANS_MIN_PRECISION = 6  # room for every token of a 16-bit plane (40) at frequency >= 1
+SPLIT_EXPONENT = 4  # hybrid tokens: m < 2^4 is its own token
+MANTISSA_BITS = 1  # bits below m's top bit carried in its token
+NO_TOKEN = 63  # a slot entry of a context that codes no token
+ACTIVITY_EDGES = np.array([1, 2, 3, 5, 7, 10, 14, 20, 28, 40, 60, 90, 140, 220], dtype=np.int64)  # 8-bit
+ANS_CONTEXTS = len(ACTIVITY_EDGES) + 1
+# the context of each (8-bit scaled) activity, so a context is one table read; 220 and above -> the last
+BIN_OF_ACTIVITY = np.array([np.sum(ACTIVITY_EDGES <= a) for a in range(ACTIVITY_EDGES[-1] + 1)], dtype=np.int64)
+GRADIENT_CONTEXTS = 41  # sign-folded q9(N-NW) * 9 + q9(NW-W), as JPEG-LS
+GRADIENT_EDGES = np.array([3, 7, 21], dtype=np.int64)  # 8-bit; scaled by 2^(bits-8)
+TABLE_GROUP_ROWS = 256  # rows of a plane that share one set of tables
+
+ANS_OK = 0
+ANS_BAD_STATE = 1
+ANS_BAD_TABLE = 2
+ANS_BAD_TOKEN = 3
+ANS_ENDS_EARLY = 4
+ANS_ENDS_LATE = 5
+ANS_MESSAGES = {
+    ANS_BAD_STATE: "rANS final state not in the fewest bytes that hold it (a state out of range)",
+    ANS_BAD_TABLE: "rANS table does not sum to its precision, or is cut short",
+    ANS_BAD_TOKEN: "a token past the table's alphabet (or in a context that codes none)",
+    ANS_ENDS_EARLY: "row stream ran out of words before its state returned to 0",
+    ANS_ENDS_LATE: "row stream has words left after its last sample",
+}
+
+
+@device
+def token_count(bits):
+    """Tokens a plane of `bits`-bit samples can use: 24 for 8 bits, 40 for 16."""
+    return (1 << SPLIT_EXPONENT) + ((bits - SPLIT_EXPONENT) << MANTISSA_BITS)
+
+
+@device
+def hybrid_token(m):
+    """(token, raw bit count, raw bits) of a zigzagged residual m."""
+    if m < (1 << SPLIT_EXPONENT):
+        return m, 0, 0
+    top = bit_length(m) - 1
+    raw_bits = top - MANTISSA_BITS
+    token = ((1 << SPLIT_EXPONENT) + ((top - SPLIT_EXPONENT) << MANTISSA_BITS)
+             + ((m >> raw_bits) & ((1 << MANTISSA_BITS) - 1)))
+    return token, raw_bits, m & ((np.int64(1) << raw_bits) - 1)
+
+
+@device
+def token_raw_bits(token):
+    if token < (1 << SPLIT_EXPONENT):
+        return 0
+    return ((token - (1 << SPLIT_EXPONENT)) >> MANTISSA_BITS) + SPLIT_EXPONENT - MANTISSA_BITS
+
+
+@device
+def hybrid_value(token, raw):
+    """m from its token and raw bits (hybrid_token's inverse)."""
+    if token < (1 << SPLIT_EXPONENT):
+        return np.int64(token)
+    mantissa = (1 << MANTISSA_BITS) | ((token - (1 << SPLIT_EXPONENT)) & ((1 << MANTISSA_BITS) - 1))
+    return (np.int64(mantissa) << token_raw_bits(token)) | raw
+
+
+@device
+def activity_bin(w, n, nw, bits):
+    """The table context of a sample: its activity |W-NW| + |N-NW| (scaled to 8 bits) in ANS_CONTEXTS bins."""
+    activity = (abs(w - nw) + abs(n - nw)) >> (bits - 8)
+    return BIN_OF_ACTIVITY[min(activity, BIN_OF_ACTIVITY.shape[0] - 1)]
+
+
+@device
+def gradient_step(g, bits):
+    """JPEG-LS's 9-level quantiser of a gradient: -4..4."""
+    a = abs(g)
+    shift = bits - 8
+    q = 0
+    if a > 0:
+        q = 4
+        if a < (GRADIENT_EDGES[2] << shift):
+            q = 3
+        if a < (GRADIENT_EDGES[1] << shift):
+            q = 2
+        if a < (GRADIENT_EDGES[0] << shift):
+            q = 1
+    return q if g >= 0 else -q
+
+
+@device
+def gradient_context(w, n, nw, bits):
+    """Signed gradient context -40..40; its magnitude picks the bias, its sign flips it."""
+    return gradient_step(n - nw, bits) * 9 + gradient_step(nw - w, bits)
+
+
+@device
+def coded_residual(residual, w, n, nw, bias, biased, bits):
+    """The zigzagged residual the stream codes: less the static bias of its gradient context when biased."""
+    if biased:
+        g = gradient_context(w, n, nw, bits)
+        sign = -1 if g < 0 else 1
+        residual = (residual * sign - bias[abs(g)]) * sign
+    return zigzag(residual, bits)
+
+
+@device
+def sample_of(m, w, n, nw, bias, biased, bits):
+    """The sample whose coded_residual is m (its inverse, with MED's prediction)."""
+    e = unzigzag(m)
+    if biased:
+        g = gradient_context(w, n, nw, bits)
+        sign = -1 if g < 0 else 1
+        e = (e * sign + bias[abs(g)]) * sign
+    return (med(w, n, nw) + e) & ((np.int64(1) << bits) - 1)
+
+
+@device
+def sample_neighbours(plane, y, x0, c, bits):
+    """(W, N, NW) of plane[y, x0 + c] in a tile starting at column x0, with compact's edge rules; a band's
+    first row (y % 32 == 0) has no row above."""
+    half = np.int64(1) << (bits - 1)
+    row = y % COMPACT_BAND_ROWS
+    x = x0 + c
+    left = np.int64(plane[y, x - 1]) if c > 0 else half
+    left2 = np.int64(plane[y, x - 2]) if c > 1 else half
+    up = np.int64(plane[y - 1, x]) if row > 0 else half
+    upleft = np.int64(plane[y - 1, x - 1]) if row > 0 and c > 0 else half
+    return neighbours(row, c, left, left2, up, upleft, half)
+
+
+# ---------------------------------------------------------------- tables
+
+
+@device
+def quantise_counts(counts, precision, freq):
+    """freq[t]: counts[t] scaled to sum to 2^precision, every counted token >= 1 (the rest 0); all 0 when no
+    token is counted. The largest count takes a shortfall, the largest frequencies give up an excess.
+    Returns the alphabet size (last counted token + 1)."""
+    total = np.int64(0)
+    for t in range(counts.shape[0]):
+        total += counts[t]
+        freq[t] = 0
+    if total == 0:
+        return 0
+    scale = np.int64(1) << precision
+    alphabet = 0
+    biggest = 0
+    fsum = np.int64(0)
+    for t in range(counts.shape[0]):
+        if counts[t] > 0:
+            f = max((np.int64(counts[t]) * scale + total // 2) // total, 1)
+            freq[t] = f
+            fsum += f
+            alphabet = t + 1
+            if counts[t] > counts[biggest]:
+                biggest = t
+    if fsum < scale:
+        freq[biggest] += scale - fsum
+        fsum = scale
+    while fsum > scale:
+        largest = 0
+        for t in range(alphabet):
+            if freq[t] > freq[largest]:
+                largest = t
+        take = min(freq[largest] - 1, fsum - scale)
+        freq[largest] -= take
+        fsum -= take
+    return alphabet
+
+
+@device
+def write_tables(freq, alphabets, out, writer):
+    """Each context's table: its alphabet size in 8 bits, then per token the bit length of its frequency
+    in 4 bits and the frequency's bits below its top bit."""
+    for ctx in range(ANS_CONTEXTS):
+        put_bits(out, writer, alphabets[ctx], 8)
+        for t in range(alphabets[ctx]):
+            length = bit_length(freq[ctx, t])
+            put_bits(out, writer, length, 4)
+            if length > 1:
+                put_bits(out, writer, freq[ctx, t] - (np.int64(1) << (length - 1)), length - 1)
+
+
+@device
+def read_tables(buf, bit_pos, end_bit, bits, precision, freq, alphabets):
+    """write_tables' inverse, reading no bit at or past end_bit: (status, bit position after the tables)."""
+    scale = np.int64(1) << precision
+    for ctx in range(ANS_CONTEXTS):
+        if bit_pos + 8 > end_bit:
+            return ANS_BAD_TABLE, bit_pos
+        alphabet = read_bits(buf, bit_pos, 8)
+        bit_pos += 8
+        if alphabet > token_count(bits):
+            return ANS_BAD_TOKEN, bit_pos
+        alphabets[ctx] = alphabet
+        total = np.int64(0)
+        for t in range(freq.shape[1]):
+            freq[ctx, t] = 0
+        for t in range(alphabet):
+            if bit_pos + 4 > end_bit:
+                return ANS_BAD_TABLE, bit_pos
+            length = read_bits(buf, bit_pos, 4)
+            bit_pos += 4
+            if length > precision + 1 or bit_pos + max(length - 1, 0) > end_bit:
+                return ANS_BAD_TABLE, bit_pos
+            f = np.int64(0)
+            if length > 0:
+                f = (np.int64(1) << (length - 1)) | read_bits(buf, bit_pos, length - 1)
+                bit_pos += length - 1
+            freq[ctx, t] = f
+            total += f
+        if alphabet > 0 and total != scale:
+            return ANS_BAD_TABLE, bit_pos
+    return ANS_OK, bit_pos
+
+
+@device
+def cumulative_table(freq, alphabets, cum):
+    """cum[ctx, t]: the encoder's slot start of each token."""
+    for ctx in range(ANS_CONTEXTS):
+        start = np.int64(0)
+        for t in range(alphabets[ctx]):
+            cum[ctx, t] = start
+            start += freq[ctx, t]
+
+
+@device
+def build_slot_table(freq, alphabets, precision, bits, slots):
+    """The decoder's table: slots[ctx, s] = token | frequency << 6 | (s - token's first slot) << 19, one
+    read per token. A context with no tokens is all NO_TOKEN. Returns a status."""
+    scale = np.int64(1) << precision
+    for ctx in range(ANS_CONTEXTS):
+        alphabet = alphabets[ctx]
+        if alphabet > token_count(bits):
+            return ANS_BAD_TOKEN
+        if alphabet == 0:
+            for s in range(scale):
+                slots[ctx, s] = NO_TOKEN
+            continue
+        start = np.int64(0)
+        for t in range(alphabet):
+            f = freq[ctx, t]
+            if f < 0 or start + f > scale:
+                return ANS_BAD_TABLE
+            for j in range(f):
+                slots[ctx, start + j] = t | (f << 6) | (j << 19)
+            start += f
+        if start != scale:
+            return ANS_BAD_TABLE
+    return ANS_OK
+
+
+# ---------------------------------------------------------------- row streams
+
+
+@device
+def encode_row_stream(tokens, raw_bits, raw_values, contexts, first, count, freq, cum, precision, out, end):
+    """Code symbols first .. first + count - 1 (in the order the decoder reads them) backwards into out,
+    ending at end. Returns the stream's start, or -1 when out has no room."""
+    x = np.int64(0)
+    pos = end
+    token_max = ((ANS_LOW >> precision) << ANS_WORD_BITS)
+    for i in range(first + count - 1, first - 1, -1):
+        b = raw_bits[i]
+        if b > 0:  # raw bits go in first: the decoder reads them after the token
+            if x >= ((ANS_LOW >> b) << ANS_WORD_BITS):
+                if pos < 2:
+                    return -1
+                pos -= 2
+                out[pos] = x & 255
+                out[pos + 1] = (x >> 8) & 255
+                x >>= ANS_WORD_BITS
+            x = (x << b) | raw_values[i]
+        ctx = contexts[i]
+        t = tokens[i]
+        f = freq[ctx, t]
+        if x >= token_max * f:  # one word always suffices: x < 2^32
+            if pos < 2:
+                return -1
+            pos -= 2
+            out[pos] = x & 255
+            out[pos + 1] = (x >> 8) & 255
+            x >>= ANS_WORD_BITS
+        x = ((x // f) << precision) + x % f + cum[ctx, t]
+    state_bytes = (bit_length(x) + 7) >> 3
+    if pos < state_bytes:
+        return -1
+    pos -= state_bytes
+    for i in range(state_bytes):
+        out[pos + i] = (x >> (8 * i)) & 255
+    return pos
+
+
+@device
+def open_row_stream(buf, start, end):
+    """(status, state, position of the first word) of the row stream buf[start:end]."""
+    if start < 0 or start > end or end > buf.shape[0]:
+        return ANS_ENDS_EARLY, np.int64(0), start
+    length = end - start
+    state_bytes = length if length <= 2 else 4 - (length & 1)
+    x = np.int64(0)
+    for i in range(state_bytes):
+        x |= np.int64(buf[start + i]) << (8 * i)
+    if state_bytes > 0 and (x >> (8 * (state_bytes - 1))) == 0:
+        return ANS_BAD_STATE, x, start  # not the fewest bytes: with words after it, a state below L
+    return ANS_OK, x, start + state_bytes
+
+
+@device
+def refill(buf, x, pos, end):
+    """A word into the state when it fell below L and words remain (the words' count is even by
+    open_row_stream's rule, so a word never straddles end)."""
+    if x < ANS_LOW and pos < end:
+        x = (x << ANS_WORD_BITS) | np.int64(buf[pos]) | (np.int64(buf[pos + 1]) << 8)
+        pos += 2
+    return x, pos
+
+
+@device
+def decode_token(buf, x, pos, end, slots, ctx, precision):
+    """(token, state, position); NO_TOKEN when the slot's context codes no token (the state is kept)."""
+    entry = slots[ctx, x & ((np.int64(1) << precision) - 1)]
+    token = entry & 63
+    if token == NO_TOKEN:
+        return token, x, pos
+    x = ((entry >> 6) & 0x1FFF) * (x >> precision) + (entry >> 19)
+    x, pos = refill(buf, x, pos, end)
+    return token, x, pos
+
+
+@device
+def decode_raw(buf, x, pos, end, count):
+    """(count raw bits, state, position)."""
+    raw = x & ((np.int64(1) << count) - 1)
+    x, pos = refill(buf, x >> count, pos, end)
+    return raw, x, pos
+
+
+@device
+def row_stream_end(x, pos, end):
+    """The status of a row stream whose last sample is decoded."""
+    if pos < end:
+        return ANS_ENDS_LATE
+    if x != 0:
+        return ANS_ENDS_EARLY
+    return ANS_OK
+
+
+# ---------------------------------------------------------------- a tile row of a plane
+
+
+@device
+def row_symbols(plane, y, x0, width, bits, bias, biased, tokens, raw_bits, raw_values, contexts, first):
+    """The symbols of row y of the tile at columns x0 .. x0 + width - 1, from index first of the arrays."""
+    half = np.int64(1) << (bits - 1)
+    row = y % COMPACT_BAND_ROWS
+    left = left2 = upleft = half
+    for c in range(width):
+        up = np.int64(plane[y - 1, x0 + c]) if row > 0 else half
+        w, n, nw = neighbours(row, c, left, left2, up, upleft, half)
+        sample = np.int64(plane[y, x0 + c])
+        m = coded_residual(sample - med(w, n, nw), w, n, nw, bias, biased, bits)
+        tokens[first + c], raw_bits[first + c], raw_values[first + c] = hybrid_token(m)
+        contexts[first + c] = activity_bin(w, n, nw, bits)
+        left2, left, upleft = left, sample, up
+
+
+@device
+def decode_row(buf, start, end, plane, y, x0, width, bits, slots, precision, bias, biased):
+    """Decode the row stream buf[start:end] into plane[y, x0:x0 + width] (rows above of its band already
+    decoded). Returns a status; an undecodable row leaves its later samples as they were. The neighbours
+    travel in locals (left, left2, upleft) as a GPU lane's do: only N is read back from the plane."""
+    status, x, pos = open_row_stream(buf, start, end)
+    if status != ANS_OK:
+        return status
+    half = np.int64(1) << (bits - 1)
+    row = y % COMPACT_BAND_ROWS
+    left = left2 = upleft = half
+    for c in range(width):
+        up = np.int64(plane[y - 1, x0 + c]) if row > 0 else half
+        w, n, nw = neighbours(row, c, left, left2, up, upleft, half)
+        token, x, pos = decode_token(buf, x, pos, end, slots, activity_bin(w, n, nw, bits), precision)
+        if token == NO_TOKEN:
+            return ANS_BAD_TOKEN
+        raw = np.int64(0)
+        count = token_raw_bits(token)
+        if count > 0:
+            raw, x, pos = decode_raw(buf, x, pos, end, count)
+        sample = sample_of(hybrid_value(token, raw), w, n, nw, bias, biased, bits)
+        plane[y, x0 + c] = sample
+        left2, left, upleft = left, sample, up
+    return row_stream_end(x, pos, end)
