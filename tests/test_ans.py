@@ -321,3 +321,38 @@ def test_damaged_planes_give_the_same_status_compiled_and_plain(small_coded, dat
     assert compiled_status == status
     if status == ans.ANS_OK:  # damage that still decodes cleanly gives some plane, never a crash
         assert decoded.shape == plane.shape
+
+
+@pytest.mark.compile
+def test_the_row_decoder_type_checks_for_the_gpu_without_spills():
+    """The same decode_row through numba.cuda.jit(device=True) in a one-row-per-thread kernel, lowered for
+    sm_90 (no GPU needed), then ptxas through nvJitLink: registers within compact's 64 and no spills."""
+    cuda = pytest.importorskip("numba.cuda")
+    nvjitlink = pytest.importorskip("cuda.bindings.nvjitlink")
+    from numba import types
+
+    from l3codec import compact
+    from l3codec.jit import compile_device_functions
+    from l3codec.kernels.cuda_c import parse_ptxas_log
+    from l3codec.kernels.numba_kernels import _jitlink_log
+
+    decode_row = compile_device_functions([bitio, compact, ans], cuda.jit(device=True, inline="always")).decode_row
+
+    def decode_rows(buf, starts, ends, plane, width, slots, bias, biased, status):
+        y = cuda.grid(1)
+        if y < plane.shape[0]:
+            status[y] = decode_row(buf, starts[y], ends[y], plane, y, 0, width, 8, slots, 11, bias, biased)
+
+    signature = (types.uint8[::1], types.int64[::1], types.int64[::1], types.uint8[:, ::1], types.int64,
+                 types.int32[:, ::1], types.int64[::1], types.boolean, types.int64[::1])
+    ptx, _ = cuda.compile_ptx(decode_rows, signature, cc=(9, 0))
+    assert ".target sm_90" in ptx and ".entry" in ptx
+    handle = nvjitlink.create(2, ["-arch=sm_90", "-verbose"])
+    data = ptx.encode()
+    nvjitlink.add_data(handle, nvjitlink.InputType.PTX, data, len(data), "ans.ptx")
+    nvjitlink.complete(handle)
+    report = parse_ptxas_log(_jitlink_log(nvjitlink, handle, "info"), "ans.ptx")
+    assert len(report) == 1
+    entry = next(iter(report.values()))
+    assert entry["spill_stores"] == 0 and entry["spill_loads"] == 0, entry
+    assert entry["registers"] <= 64, entry
