@@ -36,8 +36,6 @@ MANTISSA_BITS = 1  # bits below m's top bit carried in its token
 NO_TOKEN = 63  # a slot entry of a context that codes no token
 ACTIVITY_EDGES = np.array([1, 2, 3, 5, 7, 10, 14, 20, 28, 40, 60, 90, 140, 220], dtype=np.int64)  # 8-bit
 ANS_CONTEXTS = len(ACTIVITY_EDGES) + 1
-# the context of each (8-bit scaled) activity, so a context is one table read; 220 and above -> the last
-BIN_OF_ACTIVITY = np.array([np.sum(ACTIVITY_EDGES <= a) for a in range(ACTIVITY_EDGES[-1] + 1)], dtype=np.int64)
 GRADIENT_CONTEXTS = 41  # sign-folded q9(N-NW) * 9 + q9(NW-W), as JPEG-LS
 GRADIENT_EDGES = np.array([3, 7, 21], dtype=np.int64)  # 8-bit; scaled by 2^(bits-8)
 TABLE_GROUP_ROWS = 256  # rows of a plane that share one set of tables
@@ -94,8 +92,12 @@ def hybrid_value(token, raw):
 @device
 def activity_bin(w, n, nw, bits):
     """The table context of a sample: its activity |W-NW| + |N-NW| (scaled to 8 bits) in ANS_CONTEXTS bins."""
-    activity = (abs(w - nw) + abs(n - nw)) >> (bits - 8)
-    return BIN_OF_ACTIVITY[min(activity, BIN_OF_ACTIVITY.shape[0] - 1)]
+    a = (abs(w - nw) + abs(n - nw)) >> (bits - 8)
+    # ACTIVITY_EDGES as literals: a table read here kept the decoder's inner loop calling the runtime's
+    # reference counting (numba binds the global array like an argument)
+    return (np.int64(a >= 1) + np.int64(a >= 2) + np.int64(a >= 3) + np.int64(a >= 5) + np.int64(a >= 7)
+            + np.int64(a >= 10) + np.int64(a >= 14) + np.int64(a >= 20) + np.int64(a >= 28) + np.int64(a >= 40)
+            + np.int64(a >= 60) + np.int64(a >= 90) + np.int64(a >= 140) + np.int64(a >= 220))
 
 
 @device
@@ -122,23 +124,24 @@ def gradient_context(w, n, nw, bits):
 
 
 @device
-def coded_residual(residual, w, n, nw, bias, biased, bits):
-    """The zigzagged residual the stream codes: less the static bias of its gradient context when biased."""
-    if biased:
-        g = gradient_context(w, n, nw, bits)
-        sign = -1 if g < 0 else 1
-        residual = (residual * sign - bias[abs(g)]) * sign
-    return zigzag(residual, bits)
+def bias_context(w, n, nw, bits):
+    """(index into the bias table, sign): the bias of a sample is sign * bias[index]."""
+    g = gradient_context(w, n, nw, bits)
+    return abs(g), -1 if g < 0 else 1
 
 
 @device
-def sample_of(m, w, n, nw, bias, biased, bits):
+def coded_residual(residual, bias_value, sign, bits):
+    """The zigzagged residual a stream codes: less its gradient context's bias (0 when the plane has none).
+    Per-sample helpers take scalars only: one given an array costs numba's CPU code two atomic reference
+    count updates a call, even inlined."""
+    return zigzag((residual * sign - bias_value) * sign, bits)
+
+
+@device
+def sample_of(m, w, n, nw, bias_value, sign, bits):
     """The sample whose coded_residual is m (its inverse, with MED's prediction)."""
-    e = unzigzag(m)
-    if biased:
-        g = gradient_context(w, n, nw, bits)
-        sign = -1 if g < 0 else 1
-        e = (e * sign + bias[abs(g)]) * sign
+    e = (unzigzag(m) * sign + bias_value) * sign
     return (med(w, n, nw) + e) & ((np.int64(1) << bits) - 1)
 
 
@@ -322,46 +325,49 @@ def encode_row_stream(tokens, raw_bits, raw_values, contexts, first, count, freq
 @device
 def open_row_stream(buf, start, end):
     """(status, state, position of the first word) of the row stream buf[start:end]."""
-    if start < 0 or start > end or end > buf.shape[0]:
-        return ANS_ENDS_EARLY, np.int64(0), start
-    length = end - start
-    state_bytes = length if length <= 2 else 4 - (length & 1)
+    status = ANS_OK
     x = np.int64(0)
-    for i in range(state_bytes):
-        x |= np.int64(buf[start + i]) << (8 * i)
-    if state_bytes > 0 and (x >> (8 * (state_bytes - 1))) == 0:
-        return ANS_BAD_STATE, x, start  # not the fewest bytes: with words after it, a state below L
-    return ANS_OK, x, start + state_bytes
+    pos = start
+    if start < 0 or start > end or end > buf.shape[0]:
+        status = ANS_ENDS_EARLY
+    else:
+        length = end - start
+        state_bytes = length if length <= 2 else 4 - (length & 1)
+        for i in range(state_bytes):
+            x |= np.int64(buf[start + i]) << (8 * i)
+        pos = start + state_bytes
+        if state_bytes > 0 and (x >> (8 * (state_bytes - 1))) == 0:
+            status = ANS_BAD_STATE  # not the fewest bytes: with words after it, a state below L
+    return status, x, pos
 
 
 @device
-def refill(buf, x, pos, end):
-    """A word into the state when it fell below L and words remain (the words' count is even by
-    open_row_stream's rule, so a word never straddles end)."""
-    if x < ANS_LOW and pos < end:
-        x = (x << ANS_WORD_BITS) | np.int64(buf[pos]) | (np.int64(buf[pos + 1]) << 8)
-        pos += 2
-    return x, pos
-
-
-@device
-def decode_token(buf, x, pos, end, slots, ctx, precision):
-    """(token, state, position); NO_TOKEN when the slot's context codes no token (the state is kept)."""
-    entry = slots[ctx, x & ((np.int64(1) << precision) - 1)]
+def slot_step(entry, x, precision):
+    """(token, state) after decoding the token whose slot entry (slots[ctx, x % 2^precision]) is entry; for
+    NO_TOKEN the state is kept."""
     token = entry & 63
-    if token == NO_TOKEN:
-        return token, x, pos
-    x = ((entry >> 6) & 0x1FFF) * (x >> precision) + (entry >> 19)
-    x, pos = refill(buf, x, pos, end)
-    return token, x, pos
+    if token != NO_TOKEN:
+        x = ((entry >> 6) & 0x1FFF) * (x >> precision) + (entry >> 19)
+    return token, x
 
 
 @device
-def decode_raw(buf, x, pos, end, count):
-    """(count raw bits, state, position)."""
-    raw = x & ((np.int64(1) << count) - 1)
-    x, pos = refill(buf, x >> count, pos, end)
-    return raw, x, pos
+def raw_step(x, count):
+    """(count raw bits, state)."""
+    return x & ((np.int64(1) << count) - 1), x >> count
+
+
+@device
+def needs_word(x, pos, end):
+    """Whether the decoder reads a word now: its state fell below L and words remain (their count is even by
+    open_row_stream's rule, so a word never straddles end)."""
+    return x < ANS_LOW and pos < end
+
+
+@device
+def with_word(x, low, high):
+    """The state after reading the word of bytes low, high (little-endian)."""
+    return (x << ANS_WORD_BITS) | np.int64(low) | (np.int64(high) << 8)
 
 
 @device
@@ -387,7 +393,11 @@ def row_symbols(plane, y, x0, width, bits, bias, biased, tokens, raw_bits, raw_v
         up = np.int64(plane[y - 1, x0 + c]) if row > 0 else half
         w, n, nw = neighbours(row, c, left, left2, up, upleft, half)
         sample = np.int64(plane[y, x0 + c])
-        m = coded_residual(sample - med(w, n, nw), w, n, nw, bias, biased, bits)
+        bias_value, sign = 0, 1
+        if biased:
+            index, sign = bias_context(w, n, nw, bits)
+            bias_value = bias[index]
+        m = coded_residual(sample - med(w, n, nw), bias_value, sign, bits)
         tokens[first + c], raw_bits[first + c], raw_values[first + c] = hybrid_token(m)
         contexts[first + c] = activity_bin(w, n, nw, bits)
         left2, left, upleft = left, sample, up
@@ -397,24 +407,37 @@ def row_symbols(plane, y, x0, width, bits, bias, biased, tokens, raw_bits, raw_v
 def decode_row(buf, start, end, plane, y, x0, width, bits, slots, precision, bias, biased):
     """Decode the row stream buf[start:end] into plane[y, x0:x0 + width] (rows above of its band already
     decoded). Returns a status; an undecodable row leaves its later samples as they were. The neighbours
-    travel in locals (left, left2, upleft) as a GPU lane's do: only N is read back from the plane."""
+    travel in locals (left, left2, upleft) as a GPU lane's do: only N is read back from the plane. Arrays
+    are read here, not in the helpers (see coded_residual)."""
     status, x, pos = open_row_stream(buf, start, end)
-    if status != ANS_OK:
-        return status
     half = np.int64(1) << (bits - 1)
     row = y % COMPACT_BAND_ROWS
+    mask = (np.int64(1) << precision) - 1
     left = left2 = upleft = half
-    for c in range(width):
+    for c in range(width if status == ANS_OK else 0):
         up = np.int64(plane[y - 1, x0 + c]) if row > 0 else half
         w, n, nw = neighbours(row, c, left, left2, up, upleft, half)
-        token, x, pos = decode_token(buf, x, pos, end, slots, activity_bin(w, n, nw, bits), precision)
+        token, x = slot_step(slots[activity_bin(w, n, nw, bits), x & mask], x, precision)
         if token == NO_TOKEN:
-            return ANS_BAD_TOKEN
+            status = ANS_BAD_TOKEN
+            break
+        if needs_word(x, pos, end):
+            x = with_word(x, buf[pos], buf[pos + 1])
+            pos += 2
         raw = np.int64(0)
         count = token_raw_bits(token)
         if count > 0:
-            raw, x, pos = decode_raw(buf, x, pos, end, count)
-        sample = sample_of(hybrid_value(token, raw), w, n, nw, bias, biased, bits)
+            raw, x = raw_step(x, count)
+            if needs_word(x, pos, end):
+                x = with_word(x, buf[pos], buf[pos + 1])
+                pos += 2
+        bias_value, sign = 0, 1
+        if biased:
+            index, sign = bias_context(w, n, nw, bits)
+            bias_value = bias[index]
+        sample = sample_of(hybrid_value(token, raw), w, n, nw, bias_value, sign, bits)
         plane[y, x0 + c] = sample
         left2, left, upleft = left, sample, up
-    return row_stream_end(x, pos, end)
+    if status == ANS_OK:
+        status = row_stream_end(x, pos, end)
+    return status

@@ -90,15 +90,6 @@ class CodedPlane:
 
 
 @_cached
-def _plane_symbols(plane, tile_width, bits, bias, biased, tokens, raw_bits, raw_values, contexts):
-    height, width = plane.shape
-    for y in range(height):
-        for x0 in range(0, width, tile_width):
-            row_symbols(plane, y, x0, min(tile_width, width - x0), bits, bias, biased, tokens, raw_bits,
-                        raw_values, contexts, y * width + x0)
-
-
-@_cached
 def _bias_sums(plane, tile_width, bits, sums, counts):
     """Per gradient context magnitude: the sum of sign-folded residuals and their count."""
     height, width = plane.shape
@@ -115,10 +106,16 @@ def _bias_sums(plane, tile_width, bits, sums, counts):
 
 
 @_cached
-def _histograms(tokens, contexts, width, counts):
-    """counts[group, context, token] over rows of TABLE_GROUP_ROWS."""
-    for i in range(tokens.shape[0]):
-        counts[(i // width) // TABLE_GROUP_ROWS, contexts[i], tokens[i]] += 1
+def _histograms(plane, tile_width, bits, bias, biased, counts, tokens, raw_bits, raw_values, contexts):
+    """counts[group, context, token] over rows of TABLE_GROUP_ROWS; the other arrays are a row's scratch."""
+    height, width = plane.shape
+    for y in range(height):
+        group = counts[y // TABLE_GROUP_ROWS]
+        for x0 in range(0, width, tile_width):
+            count = min(tile_width, width - x0)
+            row_symbols(plane, y, x0, count, bits, bias, biased, tokens, raw_bits, raw_values, contexts, 0)
+            for i in range(count):
+                group[contexts[i], tokens[i]] += 1
 
 
 @_cached
@@ -139,18 +136,20 @@ def _tables(counts, precision, freq, cum, alphabets, out):
 
 
 @_cached
-def _encode_rows(tokens, raw_bits, raw_values, contexts, height, width, tile_width, freq, cum, precision,
+def _encode_rows(plane, tile_width, bits, bias, biased, freq, cum, precision, tokens, raw_bits, raw_values, contexts,
                  scratch, out, row_lengths):
     """Every row stream, bands in order, in a band its tiles, in a tile its rows; returns the bytes written
-    or -1 when out is too small."""
+    or -1 when out is too small. A row's symbols are made into the row scratch arrays just before it is coded."""
+    height, width = plane.shape
     pos = 0
     for top in range(0, height, COMPACT_BAND_ROWS):
         for tile, x0 in enumerate(range(0, width, tile_width)):
+            count = min(tile_width, width - x0)
             for y in range(top, min(top + COMPACT_BAND_ROWS, height)):
                 g = y // TABLE_GROUP_ROWS
-                start = encode_row_stream(tokens, raw_bits, raw_values, contexts, y * width + x0,
-                                          min(tile_width, width - x0), freq[g], cum[g], precision, scratch,
-                                          scratch.shape[0])
+                row_symbols(plane, y, x0, count, bits, bias, biased, tokens, raw_bits, raw_values, contexts, 0)
+                start = encode_row_stream(tokens, raw_bits, raw_values, contexts, 0, count, freq[g], cum[g],
+                                          precision, scratch, scratch.shape[0])
                 length = scratch.shape[0] - start
                 if start < 0 or pos + length > out.shape[0]:
                     return -1
@@ -187,12 +186,11 @@ def encode_plane(plane: np.ndarray, tile_width: int = 512, precision: int = 12, 
         _bias_sums(plane, tile_width, bits, sums, counts)
         bias_table = np.floor(sums / np.maximum(counts, 1) + 0.5).astype(np.int64)
     choices = {"choose": (False, True), "on": (True,), "off": (False,)}[bias]
+    row = [np.zeros(tile_width, dtype) for dtype in (np.uint8, np.uint8, np.int32, np.uint8)]
     best = None
     for biased in choices:
-        symbols = [np.zeros(plane.size, np.int64) for _ in range(4)]
-        _plane_symbols(plane, tile_width, bits, bias_table, biased, *symbols)
         counts = np.zeros((groups, ANS_CONTEXTS, MAX_TOKENS), np.int64)
-        _histograms(symbols[0], symbols[3], width, counts)
+        _histograms(plane, tile_width, bits, bias_table, biased, counts, *row)
         freq = np.zeros_like(counts)
         cum = np.zeros_like(counts)
         alphabets = np.zeros((groups, ANS_CONTEXTS), np.int64)
@@ -200,13 +198,14 @@ def encode_plane(plane: np.ndarray, tile_width: int = 512, precision: int = 12, 
         ends = _tables(counts, precision, freq, cum, alphabets, table_out)
         cost = _table_cost_bits(counts, freq, precision) / 8 + ends[-1] + (GRADIENT_CONTEXTS if biased else 0)
         if best is None or cost < best[0]:
-            best = (cost, biased, symbols, freq, cum, bytes(table_out[:ends[-1]]), ends)
-    _, biased, symbols, freq, cum, tables, ends = best
+            best = (cost, biased, freq, cum, bytes(table_out[:ends[-1]]), ends)
+    _, biased, freq, cum, tables, ends = best
     # a sample costs at most 12 token bits and 14 raw bits, so 4 bytes a sample bound any row stream
     scratch = np.zeros(4 * tile_width + 16, np.uint8)
     out = np.zeros(plane.size * 4 + 16 * height * ((width + tile_width - 1) // tile_width), np.uint8)
     row_lengths = np.zeros((height, (width + tile_width - 1) // tile_width), np.int64)
-    written = _encode_rows(*symbols, height, width, tile_width, freq, cum, precision, scratch, out, row_lengths)
+    written = _encode_rows(plane, tile_width, bits, bias_table, biased, freq, cum, precision, *row, scratch, out,
+                           row_lengths)
     if written < 0:
         raise RuntimeError("compact v2 row stream outgrew its scratch")  # a bug: the bound above holds
     return CodedPlane(height, width, bits, tile_width, precision, biased,

@@ -49,13 +49,18 @@ def decode_symbols(stream, contexts, slots, precision):
     tokens, raws = [], []
     if status != ans.ANS_OK:
         return tokens, raws, status
+    end = buf.shape[0]
     for ctx in contexts:
-        token, x, pos = ans.decode_token(buf, x, pos, buf.shape[0], slots, ctx, precision)
+        token, x = ans.slot_step(slots[ctx, x & ((1 << precision) - 1)], x, precision)
         if token == ans.NO_TOKEN:
             return tokens, raws, ans.ANS_BAD_TOKEN
+        if ans.needs_word(x, pos, end):
+            x, pos = ans.with_word(x, buf[pos], buf[pos + 1]), pos + 2
         raw = 0
         if ans.token_raw_bits(token) > 0:
-            raw, x, pos = ans.decode_raw(buf, x, pos, buf.shape[0], ans.token_raw_bits(token))
+            raw, x = ans.raw_step(x, ans.token_raw_bits(token))
+            if ans.needs_word(x, pos, end):
+                x, pos = ans.with_word(x, buf[pos], buf[pos + 1]), pos + 2
         tokens.append(int(token))
         raws.append(int(raw))
     return tokens, raws, ans.row_stream_end(x, pos, buf.shape[0])
