@@ -34,8 +34,10 @@ ANS_MIN_PRECISION = 6  # room for every token of a 16-bit plane (40) at frequenc
 SPLIT_EXPONENT = 4  # hybrid tokens: m < 2^4 is its own token
 MANTISSA_BITS = 1  # bits below m's top bit carried in its token
 NO_TOKEN = 63  # a slot entry of a context that codes no token
-ACTIVITY_EDGES = np.array([1, 2, 3, 5, 7, 10, 14, 20, 28, 40, 60, 90, 140, 220], dtype=np.int64)  # 8-bit
+ACTIVITY_EDGES = (1, 2, 3, 5, 7, 10, 14, 20, 28, 40, 60, 90, 140, 220)  # 8-bit
 ANS_CONTEXTS = len(ACTIVITY_EDGES) + 1
+# the table context of each activity(): the number of edges at or below it
+ANS_CONTEXT_OF_ACTIVITY = np.array([np.sum(np.array(ACTIVITY_EDGES) <= a) for a in range(ACTIVITY_EDGES[-1] + 1)], dtype=np.int32)
 GRADIENT_CONTEXTS = 41  # sign-folded q9(N-NW) * 9 + q9(NW-W), as JPEG-LS
 GRADIENT_EDGES = np.array([3, 7, 21], dtype=np.int64)  # 8-bit; scaled by 2^(bits-8)
 TABLE_GROUP_ROWS = 256  # rows of a plane that share one set of tables
@@ -90,14 +92,11 @@ def hybrid_value(token, raw):
 
 
 @device
-def activity_bin(w, n, nw, bits):
-    """The table context of a sample: its activity |W-NW| + |N-NW| (scaled to 8 bits) in ANS_CONTEXTS bins."""
-    a = (abs(w - nw) + abs(n - nw)) >> (bits - 8)
-    # ACTIVITY_EDGES as literals: a table read here kept the decoder's inner loop calling the runtime's
-    # reference counting (numba binds the global array like an argument)
-    return (np.int64(a >= 1) + np.int64(a >= 2) + np.int64(a >= 3) + np.int64(a >= 5) + np.int64(a >= 7)
-            + np.int64(a >= 10) + np.int64(a >= 14) + np.int64(a >= 20) + np.int64(a >= 28) + np.int64(a >= 40)
-            + np.int64(a >= 60) + np.int64(a >= 90) + np.int64(a >= 140) + np.int64(a >= 220))
+def activity(w, n, nw, bits):
+    """|W-NW| + |N-NW| scaled to 8 bits and capped at the last edge: an index into ANS_CONTEXT_OF_ACTIVITY,
+    which the row functions take as an argument (a helper reading a global array costs numba's CPU code
+    reference counts per sample, see coded_residual)."""
+    return min((abs(w - nw) + abs(n - nw)) >> (bits - 8), ACTIVITY_EDGES[-1])
 
 
 @device
@@ -143,20 +142,6 @@ def sample_of(m, w, n, nw, bias_value, sign, bits):
     """The sample whose coded_residual is m (its inverse, with MED's prediction)."""
     e = (unzigzag(m) * sign + bias_value) * sign
     return (med(w, n, nw) + e) & ((np.int64(1) << bits) - 1)
-
-
-@device
-def sample_neighbours(plane, y, x0, c, bits):
-    """(W, N, NW) of plane[y, x0 + c] in a tile starting at column x0, with compact's edge rules; a band's
-    first row (y % 32 == 0) has no row above."""
-    half = np.int64(1) << (bits - 1)
-    row = y % COMPACT_BAND_ROWS
-    x = x0 + c
-    left = np.int64(plane[y, x - 1]) if c > 0 else half
-    left2 = np.int64(plane[y, x - 2]) if c > 1 else half
-    up = np.int64(plane[y - 1, x]) if row > 0 else half
-    upleft = np.int64(plane[y - 1, x - 1]) if row > 0 and c > 0 else half
-    return neighbours(row, c, left, left2, up, upleft, half)
 
 
 # ---------------------------------------------------------------- tables
@@ -384,7 +369,8 @@ def row_stream_end(x, pos, end):
 
 
 @device
-def row_symbols(plane, y, x0, width, bits, bias, biased, tokens, raw_bits, raw_values, contexts, first):
+def row_symbols(plane, y, x0, width, bits, bias, biased, context_of_activity, tokens, raw_bits, raw_values,
+                contexts, first):
     """The symbols of row y of the tile at columns x0 .. x0 + width - 1, from index first of the arrays."""
     half = np.int64(1) << (bits - 1)
     row = y % COMPACT_BAND_ROWS
@@ -399,12 +385,12 @@ def row_symbols(plane, y, x0, width, bits, bias, biased, tokens, raw_bits, raw_v
             bias_value = bias[index]
         m = coded_residual(sample - med(w, n, nw), bias_value, sign, bits)
         tokens[first + c], raw_bits[first + c], raw_values[first + c] = hybrid_token(m)
-        contexts[first + c] = activity_bin(w, n, nw, bits)
+        contexts[first + c] = context_of_activity[activity(w, n, nw, bits)]
         left2, left, upleft = left, sample, up
 
 
 @device
-def decode_row(buf, start, end, plane, y, x0, width, bits, slots, precision, bias, biased):
+def decode_row(buf, start, end, plane, y, x0, width, bits, slots, precision, bias, biased, context_of_activity):
     """Decode the row stream buf[start:end] into plane[y, x0:x0 + width] (rows above of its band already
     decoded). Returns a status; an undecodable row leaves its later samples as they were. The neighbours
     travel in locals (left, left2, upleft) as a GPU lane's do: only N is read back from the plane. Arrays
@@ -417,7 +403,7 @@ def decode_row(buf, start, end, plane, y, x0, width, bits, slots, precision, bia
     for c in range(width if status == ANS_OK else 0):
         up = np.int64(plane[y - 1, x0 + c]) if row > 0 else half
         w, n, nw = neighbours(row, c, left, left2, up, upleft, half)
-        token, x = slot_step(slots[activity_bin(w, n, nw, bits), x & mask], x, precision)
+        token, x = slot_step(slots[context_of_activity[activity(w, n, nw, bits)], x & mask], x, precision)
         if token == NO_TOKEN:
             status = ANS_BAD_TOKEN
             break
@@ -441,3 +427,74 @@ def decode_row(buf, start, end, plane, y, x0, width, bits, slots, precision, bia
     if status == ANS_OK:
         status = row_stream_end(x, pos, end)
     return status
+
+
+@device
+def decode_row_pair(buf, start, middle, end, plane, y, x0, width, bits, slots, precision, bias, biased,
+                    context_of_activity):
+    """decode_row of rows y (stream buf[start:middle]) and y + 1 (buf[middle:end]) of one band, row y + 1 a
+    sample behind row y as neighbouring lanes of the GPU wavefront are: two independent chains of dependent
+    steps (context, slot load, multiply, refill, prediction) that one CPU core overlaps. The same steps as
+    decode_row, written out twice (a helper given the arrays would cost reference counts, see
+    coded_residual). Row y's damage is reported before row y + 1's, as decode_row one row at a time would."""
+    status, xa, pa = open_row_stream(buf, start, middle)
+    status_b, xb, pb = open_row_stream(buf, middle, end)
+    if status != ANS_OK:
+        return status
+    half = np.int64(1) << (bits - 1)
+    row_a = y % COMPACT_BAND_ROWS
+    mask = (np.int64(1) << precision) - 1
+    left_a = left2_a = upleft_a = left_b = left2_b = upleft_b = half
+    for c in range(width + 1):
+        if c < width:
+            up = np.int64(plane[y - 1, x0 + c]) if row_a > 0 else half
+            w, n, nw = neighbours(row_a, c, left_a, left2_a, up, upleft_a, half)
+            token, xa = slot_step(slots[context_of_activity[activity(w, n, nw, bits)], xa & mask], xa, precision)
+            if token == NO_TOKEN:
+                return ANS_BAD_TOKEN
+            if needs_word(xa, pa, middle):
+                xa = with_word(xa, buf[pa], buf[pa + 1])
+                pa += 2
+            raw = np.int64(0)
+            count = token_raw_bits(token)
+            if count > 0:
+                raw, xa = raw_step(xa, count)
+                if needs_word(xa, pa, middle):
+                    xa = with_word(xa, buf[pa], buf[pa + 1])
+                    pa += 2
+            bias_value, sign = 0, 1
+            if biased:
+                index, sign = bias_context(w, n, nw, bits)
+                bias_value = bias[index]
+            sample = sample_of(hybrid_value(token, raw), w, n, nw, bias_value, sign, bits)
+            plane[y, x0 + c] = sample
+            left2_a, left_a, upleft_a = left_a, sample, up
+        if c > 0 and status_b == ANS_OK:  # row y + 1 is never a band's first: N is row y's
+            cb = c - 1
+            up = np.int64(plane[y, x0 + cb])
+            w, n, nw = neighbours(row_a + 1, cb, left_b, left2_b, up, upleft_b, half)
+            token, xb = slot_step(slots[context_of_activity[activity(w, n, nw, bits)], xb & mask], xb, precision)
+            if token == NO_TOKEN:
+                status_b = ANS_BAD_TOKEN
+            else:
+                if needs_word(xb, pb, end):
+                    xb = with_word(xb, buf[pb], buf[pb + 1])
+                    pb += 2
+                raw = np.int64(0)
+                count = token_raw_bits(token)
+                if count > 0:
+                    raw, xb = raw_step(xb, count)
+                    if needs_word(xb, pb, end):
+                        xb = with_word(xb, buf[pb], buf[pb + 1])
+                        pb += 2
+                bias_value, sign = 0, 1
+                if biased:
+                    index, sign = bias_context(w, n, nw, bits)
+                    bias_value = bias[index]
+                sample = sample_of(hybrid_value(token, raw), w, n, nw, bias_value, sign, bits)
+                plane[y + 1, x0 + cb] = sample
+                left2_b, left_b, upleft_b = left_b, sample, up
+    status = row_stream_end(xa, pa, middle)
+    if status != ANS_OK:
+        return status
+    return status_b if status_b != ANS_OK else row_stream_end(xb, pb, end)

@@ -17,7 +17,8 @@ import numpy as np
 from numba.core.registry import CPUDispatcher
 
 from . import ans, bitio, compact
-from .ans import (ANS_CONTEXTS, ANS_MESSAGES, ANS_OK, GRADIENT_CONTEXTS, TABLE_GROUP_ROWS, token_count)
+from .ans import (ANS_CONTEXTS, ANS_MESSAGES, ANS_OK, ANS_CONTEXT_OF_ACTIVITY, GRADIENT_CONTEXTS, TABLE_GROUP_ROWS,
+                  token_count)
 from .format import COMPACT_BAND_ROWS, L3Error
 from .jit import cached_njit, compile_device_functions
 
@@ -35,14 +36,15 @@ def _compile_inline(func):
 _dev = compile_device_functions([bitio, compact, ans], _compile_inline)
 row_symbols = _dev.row_symbols
 decode_row = _dev.decode_row
+decode_row_pair = _dev.decode_row_pair
 encode_row_stream = _dev.encode_row_stream
 quantise_counts = _dev.quantise_counts
 write_tables = _dev.write_tables
 read_tables = _dev.read_tables
 build_slot_table = _dev.build_slot_table
 cumulative_table = _dev.cumulative_table
-sample_neighbours = _dev.sample_neighbours
-gradient_context = _dev.gradient_context
+neighbours = _dev.neighbours
+bias_context = _dev.bias_context
 med = _dev.med
 zigzag = _dev.zigzag
 writer_init = _dev.writer_init
@@ -96,13 +98,17 @@ def _bias_sums(plane, tile_width, bits, sums, counts):
     half = np.int64(1) << (bits - 1)
     mask = (np.int64(1) << bits) - 1
     for y in range(height):
-        for x in range(width):
-            x0 = x - x % tile_width
-            w, n, nw = sample_neighbours(plane, y, x0, x - x0, bits)
-            residual = ((np.int64(plane[y, x]) - med(w, n, nw) + half) & mask) - half
-            g = gradient_context(w, n, nw, bits)
-            sums[abs(g)] += -residual if g < 0 else residual
-            counts[abs(g)] += 1
+        row = y % COMPACT_BAND_ROWS
+        for x0 in range(0, width, tile_width):
+            left = left2 = upleft = half
+            for c in range(min(tile_width, width - x0)):
+                up = np.int64(plane[y - 1, x0 + c]) if row > 0 else half
+                w, n, nw = neighbours(row, c, left, left2, up, upleft, half)
+                sample = np.int64(plane[y, x0 + c])
+                index, sign = bias_context(w, n, nw, bits)
+                sums[index] += sign * (((sample - med(w, n, nw) + half) & mask) - half)
+                counts[index] += 1
+                left2, left, upleft = left, sample, up
 
 
 @_cached
@@ -113,7 +119,8 @@ def _histograms(plane, tile_width, bits, bias, biased, counts, tokens, raw_bits,
         group = counts[y // TABLE_GROUP_ROWS]
         for x0 in range(0, width, tile_width):
             count = min(tile_width, width - x0)
-            row_symbols(plane, y, x0, count, bits, bias, biased, tokens, raw_bits, raw_values, contexts, 0)
+            row_symbols(plane, y, x0, count, bits, bias, biased, ANS_CONTEXT_OF_ACTIVITY, tokens, raw_bits, raw_values,
+                        contexts, 0)
             for i in range(count):
                 group[contexts[i], tokens[i]] += 1
 
@@ -147,7 +154,8 @@ def _encode_rows(plane, tile_width, bits, bias, biased, freq, cum, precision, to
             count = min(tile_width, width - x0)
             for y in range(top, min(top + COMPACT_BAND_ROWS, height)):
                 g = y // TABLE_GROUP_ROWS
-                row_symbols(plane, y, x0, count, bits, bias, biased, tokens, raw_bits, raw_values, contexts, 0)
+                row_symbols(plane, y, x0, count, bits, bias, biased, ANS_CONTEXT_OF_ACTIVITY, tokens, raw_bits, raw_values,
+                        contexts, 0)
                 start = encode_row_stream(tokens, raw_bits, raw_values, contexts, 0, count, freq[g], cum[g],
                                           precision, scratch, scratch.shape[0])
                 length = scratch.shape[0] - start
@@ -233,15 +241,25 @@ def _read_group_tables(buf, table_ends, bits, precision, freq, alphabets, slots)
 
 @_cached
 def _decode_rows(streams, row_lengths, tile_width, bits, slots, precision, bias, biased, plane):
-    """Decode every row stream in the order _encode_rows wrote them; returns the first bad status."""
+    """Decode every row stream in the order _encode_rows wrote them, two rows of a band at a time
+    (ans.decode_row_pair); returns the first bad status, the one row-by-row decoding finds."""
     height, width = plane.shape
     pos = 0
     for top in range(0, height, COMPACT_BAND_ROWS):
+        bottom = min(top + COMPACT_BAND_ROWS, height)
         for tile, x0 in enumerate(range(0, width, tile_width)):
-            for y in range(top, min(top + COMPACT_BAND_ROWS, height)):
-                end = pos + row_lengths[y, tile]
-                status = decode_row(streams, pos, end, plane, y, x0, min(tile_width, width - x0), bits,
-                                    slots[y // TABLE_GROUP_ROWS], precision, bias, biased)
+            count = min(tile_width, width - x0)
+            for y in range(top, bottom, 2):
+                slots_y = slots[y // TABLE_GROUP_ROWS]
+                middle = pos + row_lengths[y, tile]
+                if y + 1 < bottom:
+                    end = middle + row_lengths[y + 1, tile]
+                    status = decode_row_pair(streams, pos, middle, end, plane, y, x0, count, bits, slots_y,
+                                             precision, bias, biased, ANS_CONTEXT_OF_ACTIVITY)
+                else:
+                    end = middle
+                    status = decode_row(streams, pos, end, plane, y, x0, count, bits, slots_y, precision, bias,
+                                        biased, ANS_CONTEXT_OF_ACTIVITY)
                 if status != ANS_OK:
                     return status
                 pos = end

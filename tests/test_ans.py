@@ -80,6 +80,15 @@ def test_hybrid_tokens_cover_every_residual_once(bits):
     assert ans.hybrid_token((1 << bits) - 1)[0] == ans.token_count(bits) - 1
 
 
+@pytest.mark.parametrize("bits", BITS)
+def test_activity_contexts_are_the_bins_of_the_edges(bits):
+    edges = np.array(ans.ACTIVITY_EDGES) << (bits - 8)
+    for a in list(range(0, 300 << (bits - 8), 1 << (bits - 8))) + [(1 << bits) - 1, 2 * ((1 << bits) - 1)]:
+        w, n, nw = a, 0, 0  # activity |W-NW| + |N-NW| = a
+        context = ans.ANS_CONTEXT_OF_ACTIVITY[ans.activity(w, n, nw, bits)]
+        assert context == np.searchsorted(edges, a, side="right") and context < ans.ANS_CONTEXTS
+
+
 @given(st.lists(st.integers(0, 10**6), min_size=1, max_size=ans_cpu.MAX_TOKENS),
        st.integers(ans.ANS_MIN_PRECISION, ans.ANS_MAX_PRECISION))
 def test_quantised_tables_sum_to_their_precision_and_keep_every_used_token(counts, precision):
@@ -218,7 +227,8 @@ def test_a_context_without_tokens_is_a_bad_token():
     freq, cum, slots = small_table(12, {0: [2048, 1024, 1024]})
     stream = encode_symbols([0, 2, 0], [0, 0, 0], [0, 0, 0], freq, cum, 12)
     plane = np.zeros((1, 3), np.uint8)
-    status = ans.decode_row(stream, 0, len(stream), plane, 0, 0, 3, 8, slots, 12, np.zeros(41, np.int64), False)
+    status = ans.decode_row(stream, 0, len(stream), plane, 0, 0, 3, 8, slots, 12, np.zeros(41, np.int64), False,
+                            ans.ANS_CONTEXT_OF_ACTIVITY)
     assert status == ans.ANS_BAD_TOKEN
     assert list(plane[0, :2]) == [128, 129]
 
@@ -285,7 +295,7 @@ def reference_decode(coded):
                 end = pos + int(coded.row_lengths[y, tile])
                 status = ans.decode_row(streams, pos, end, plane, y, x0, min(coded.tile_width, coded.width - x0),
                                         coded.bits, slots[y // ans.TABLE_GROUP_ROWS], coded.precision, coded.bias,
-                                        coded.biased)
+                                        coded.biased, ans.ANS_CONTEXT_OF_ACTIVITY)
                 if status != ans.ANS_OK:
                     return status
                 pos = end
@@ -343,13 +353,13 @@ def test_the_row_decoder_type_checks_for_the_gpu_without_spills():
 
     decode_row = compile_device_functions([bitio, compact, ans], cuda.jit(device=True, inline="always")).decode_row
 
-    def decode_rows(buf, starts, ends, plane, width, slots, bias, biased, status):
+    def decode_rows(buf, starts, ends, plane, width, slots, bias, biased, contexts, status):
         y = cuda.grid(1)
         if y < plane.shape[0]:
-            status[y] = decode_row(buf, starts[y], ends[y], plane, y, 0, width, 8, slots, 11, bias, biased)
+            status[y] = decode_row(buf, starts[y], ends[y], plane, y, 0, width, 8, slots, 11, bias, biased, contexts)
 
     signature = (types.uint8[::1], types.int64[::1], types.int64[::1], types.uint8[:, ::1], types.int64,
-                 types.int32[:, ::1], types.int64[::1], types.boolean, types.int64[::1])
+                 types.int32[:, ::1], types.int64[::1], types.boolean, types.int32[::1], types.int64[::1])
     ptx, _ = cuda.compile_ptx(decode_rows, signature, cc=(9, 0))
     assert ".target sm_90" in ptx and ".entry" in ptx
     handle = nvjitlink.create(2, ["-arch=sm_90", "-verbose"])
