@@ -45,8 +45,11 @@ def bench_codecs():
 
 def planes_of(rgb):
     r, g, b = (rgb[..., i].astype(np.int32) for i in range(3))
-    return [((r - g + 128) & 255).astype(np.uint8), g.astype(np.uint8),
-            ((b - ((r + g) >> 1) + 128) & 255).astype(np.uint8)]
+    return [
+        ((r - g + 128) & 255).astype(np.uint8),
+        g.astype(np.uint8),
+        ((b - ((r + g) >> 1) + 128) & 255).astype(np.uint8),
+    ]
 
 
 def best(fn, repeat):
@@ -70,55 +73,68 @@ def main():
     args = parser.parse_args()
     codecs = bench_codecs()
     codecs.set_threads(1)
-    totals = dict(pixels=0, src=0, webp=0, compact=0, v2=0)
-    times = {key: [0.0, 0.0] for key in ("v2 encode", "v2 decode", "compact encode", "compact decode", "libspng")}
+    totals = {"pixels": 0, "src": 0, "webp": 0, "compact": 0, "v2": 0}
+    times = {
+        key: [0.0, 0.0] for key in ("v2 encode", "v2 decode", "compact encode", "compact decode", "libspng")
+    }
     for path in args.images:
         rgb = codecs.load(Path(path))
         if rgb.ndim != 3 or rgb.shape[2] != 3 or rgb.dtype != np.uint8:
             print(f"skipped {path}: not 8-bit RGB")
             continue
         planes = planes_of(rgb)
-        coded, wall, cpu = best(lambda: [ans_cpu.encode_plane(p, args.tile_width, args.precision) for p in planes],
-                                args.repeat)
+        coded, wall, cpu = best(
+            lambda planes=planes: [ans_cpu.encode_plane(p, args.tile_width, args.precision) for p in planes],
+            args.repeat,
+        )
         times["v2 encode"][0] += wall
         times["v2 encode"][1] += cpu
-        decoded, wall, cpu = best(lambda: [ans_cpu.decode_plane(c) for c in coded], args.repeat)
+        decoded, wall, cpu = best(lambda coded=coded: [ans_cpu.decode_plane(c) for c in coded], args.repeat)
         if not all(np.array_equal(d, p) for d, p in zip(decoded, planes)):
             raise SystemExit(f"v2 ROUND TRIP FAILED on {path}")
         times["v2 decode"][0] += wall
         times["v2 decode"][1] += cpu
-        data, wall, cpu = best(lambda: l3codec.encode(rgb, mode="compact"), max(1, args.repeat // 2))
+        data, wall, cpu = best(lambda rgb=rgb: l3codec.encode(rgb, mode="compact"), max(1, args.repeat // 2))
         times["compact encode"][0] += wall
         times["compact encode"][1] += cpu
-        image, wall, cpu = best(lambda: l3codec.decode(data), args.repeat)
+        image, wall, cpu = best(lambda data=data: l3codec.decode(data), args.repeat)
         assert np.array_equal(image, rgb)
         times["compact decode"][0] += wall
         times["compact decode"][1] += cpu
         png = codecs.cv2_png_encoder(None)(codecs.swap_rb(rgb))  # OpenCV writes BGR
-        image, wall, cpu = best(lambda: codecs.spng_decode(png), args.repeat)
+        image, wall, cpu = best(lambda png=png: codecs.spng_decode(png), args.repeat)
         assert np.array_equal(image, rgb)
         times["libspng"][0] += wall
         times["libspng"][1] += cpu
-        ok, webp = cv2.imencode(".webp", np.ascontiguousarray(rgb[..., ::-1]), [cv2.IMWRITE_WEBP_QUALITY, 101])
+        _, webp = cv2.imencode(".webp", np.ascontiguousarray(rgb[..., ::-1]), [cv2.IMWRITE_WEBP_QUALITY, 101])
         totals["pixels"] += rgb.shape[0] * rgb.shape[1]
         totals["src"] += os.path.getsize(path)
         totals["webp"] += len(webp)
         totals["compact"] += len(data)
         totals["v2"] += FILE_HEADER_BYTES + sum(c.total_bytes() for c in coded)
-        print(f"  {os.path.basename(path)}: v2 {sum(c.total_bytes() for c in coded):,} B, biased planes "
-              f"{[c.biased for c in coded]}", flush=True)
+        print(
+            f"  {os.path.basename(path)}: v2 {sum(c.total_bytes() for c in coded):,} B, biased planes "
+            f"{[c.biased for c in coded]}",
+            flush=True,
+        )
     mp = totals["pixels"] / 1e6
-    print(f"\n{len(args.images)} images, {mp:.1f} MP, tile width {args.tile_width}, precision {args.precision}, "
-          f"best of {args.repeat}; {platform.processor() or platform.machine()}, load average "
-          f"{os.getloadavg()[0]:.1f}")
+    print(
+        f"\n{len(args.images)} images, {mp:.1f} MP, tile width {args.tile_width}, "
+        f"precision {args.precision}, "
+        f"best of {args.repeat}; {platform.processor() or platform.machine()}, load average "
+        f"{os.getloadavg()[0]:.1f}"
+    )
     print("| | wall MP/s | thread-CPU MP/s | x libspng (CPU) |")
     print("|---|---:|---:|---:|")
     spng = mp / times["libspng"][1]
     for key, (wall, cpu) in times.items():
         print(f"| {key} | {mp / wall:.1f} | {mp / cpu:.1f} | {mp / cpu / spng:.2f} |")
-    print(f"\n| bytes | total | x sources | x WebP |\n|---|---:|---:|---:|")
+    print("\n| bytes | total | x sources | x WebP |\n|---|---:|---:|---:|")
     for key in ("v2", "compact", "webp"):
-        print(f"| {key} | {totals[key]:,} | {totals[key] / totals['src']:.4f} | {totals[key] / totals['webp']:.4f} |")
+        print(
+            f"| {key} | {totals[key]:,} | {totals[key] / totals['src']:.4f} "
+            f"| {totals[key] / totals['webp']:.4f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -37,7 +37,9 @@ NO_TOKEN = 63  # a slot entry of a context that codes no token
 ACTIVITY_EDGES = (1, 2, 3, 5, 7, 10, 14, 20, 28, 40, 60, 90, 140, 220)  # 8-bit
 ANS_CONTEXTS = len(ACTIVITY_EDGES) + 1
 # the table context of each activity(): the number of edges at or below it
-ANS_CONTEXT_OF_ACTIVITY = np.array([np.sum(np.array(ACTIVITY_EDGES) <= a) for a in range(ACTIVITY_EDGES[-1] + 1)], dtype=np.int32)
+ANS_CONTEXT_OF_ACTIVITY = np.array(
+    [np.sum(np.array(ACTIVITY_EDGES) <= a) for a in range(ACTIVITY_EDGES[-1] + 1)], dtype=np.int32
+)
 GRADIENT_CONTEXTS = 41  # sign-folded q9(N-NW) * 9 + q9(NW-W), as JPEG-LS
 GRADIENT_EDGES = np.array([3, 7, 21], dtype=np.int64)  # 8-bit; scaled by 2^(bits-8)
 TABLE_GROUP_ROWS = 256  # rows of a plane that share one set of tables
@@ -70,8 +72,11 @@ def hybrid_token(m):
         return m, 0, 0
     top = bit_length(m) - 1
     raw_bits = top - MANTISSA_BITS
-    token = ((1 << SPLIT_EXPONENT) + ((top - SPLIT_EXPONENT) << MANTISSA_BITS)
-             + ((m >> raw_bits) & ((1 << MANTISSA_BITS) - 1)))
+    token = (
+        (1 << SPLIT_EXPONENT)
+        + ((top - SPLIT_EXPONENT) << MANTISSA_BITS)
+        + ((m >> raw_bits) & ((1 << MANTISSA_BITS) - 1))
+    )
     return token, raw_bits, m & ((np.int64(1) << raw_bits) - 1)
 
 
@@ -275,7 +280,7 @@ def encode_row_stream(tokens, raw_bits, raw_values, contexts, first, count, freq
     ending at end. Returns the stream's start, or -1 when out has no room."""
     x = np.int64(0)
     pos = end
-    token_max = ((ANS_LOW >> precision) << ANS_WORD_BITS)
+    token_max = (ANS_LOW >> precision) << ANS_WORD_BITS
     for i in range(first + count - 1, first - 1, -1):
         b = raw_bits[i]
         if b > 0:  # raw bits go in first: the decoder reads them after the token
@@ -369,9 +374,26 @@ def row_stream_end(x, pos, end):
 
 
 @device
-def row_symbols(plane, y, x0, width, bits, bias, biased, context_of_activity, tokens, raw_bits, raw_values,
-                contexts, first):
-    """The symbols of row y of the tile at columns x0 .. x0 + width - 1, from index first of the arrays."""
+def row_symbols(
+    plane,
+    y,
+    x0,
+    width,
+    bits,
+    bias,
+    biased,
+    context_of_activity,
+    tokens,
+    raw_bits,
+    raw_values,
+    contexts,
+    bias_sums,
+    bias_counts,
+    collect,
+):
+    """The symbols of row y of the tile at columns x0 .. x0 + width - 1 into the arrays' first width entries.
+    With collect, also the sums of the unbiased sign-folded residuals (e * sign) and their counts per
+    gradient context, from which the encoder makes the bias table (one pass for both)."""
     half = np.int64(1) << (bits - 1)
     row = y % COMPACT_BAND_ROWS
     left = left2 = upleft = half
@@ -379,18 +401,26 @@ def row_symbols(plane, y, x0, width, bits, bias, biased, context_of_activity, to
         up = np.int64(plane[y - 1, x0 + c]) if row > 0 else half
         w, n, nw = neighbours(row, c, left, left2, up, upleft, half)
         sample = np.int64(plane[y, x0 + c])
+        residual = sample - med(w, n, nw)
         bias_value, sign = 0, 1
-        if biased:
+        if biased or collect:
             index, sign = bias_context(w, n, nw, bits)
-            bias_value = bias[index]
-        m = coded_residual(sample - med(w, n, nw), bias_value, sign, bits)
-        tokens[first + c], raw_bits[first + c], raw_values[first + c] = hybrid_token(m)
-        contexts[first + c] = context_of_activity[activity(w, n, nw, bits)]
+            if collect:
+                bias_sums[index] += sign * (((residual + half) & (2 * half - 1)) - half)
+                bias_counts[index] += 1
+            if biased:
+                bias_value = bias[index]
+            else:
+                sign = 1
+        tokens[c], raw_bits[c], raw_values[c] = hybrid_token(coded_residual(residual, bias_value, sign, bits))
+        contexts[c] = context_of_activity[activity(w, n, nw, bits)]
         left2, left, upleft = left, sample, up
 
 
 @device
-def decode_row(buf, start, end, plane, y, x0, width, bits, slots, precision, bias, biased, context_of_activity):
+def decode_row(
+    buf, start, end, plane, y, x0, width, bits, slots, precision, bias, biased, context_of_activity
+):
     """Decode the row stream buf[start:end] into plane[y, x0:x0 + width] (rows above of its band already
     decoded). Returns a status; an undecodable row leaves its later samples as they were. The neighbours
     travel in locals (left, left2, upleft) as a GPU lane's do: only N is read back from the plane. Arrays
@@ -430,8 +460,9 @@ def decode_row(buf, start, end, plane, y, x0, width, bits, slots, precision, bia
 
 
 @device
-def decode_row_pair(buf, start, middle, end, plane, y, x0, width, bits, slots, precision, bias, biased,
-                    context_of_activity):
+def decode_row_pair(
+    buf, start, middle, end, plane, y, x0, width, bits, slots, precision, bias, biased, context_of_activity
+):
     """decode_row of rows y (stream buf[start:middle]) and y + 1 (buf[middle:end]) of one band, row y + 1 a
     sample behind row y as neighbouring lanes of the GPU wavefront are: two independent chains of dependent
     steps (context, slot load, multiply, refill, prediction) that one CPU core overlaps. The same steps as
@@ -449,7 +480,9 @@ def decode_row_pair(buf, start, middle, end, plane, y, x0, width, bits, slots, p
         if c < width:
             up = np.int64(plane[y - 1, x0 + c]) if row_a > 0 else half
             w, n, nw = neighbours(row_a, c, left_a, left2_a, up, upleft_a, half)
-            token, xa = slot_step(slots[context_of_activity[activity(w, n, nw, bits)], xa & mask], xa, precision)
+            token, xa = slot_step(
+                slots[context_of_activity[activity(w, n, nw, bits)], xa & mask], xa, precision
+            )
             if token == NO_TOKEN:
                 return ANS_BAD_TOKEN
             if needs_word(xa, pa, middle):
@@ -473,7 +506,9 @@ def decode_row_pair(buf, start, middle, end, plane, y, x0, width, bits, slots, p
             cb = c - 1
             up = np.int64(plane[y, x0 + cb])
             w, n, nw = neighbours(row_a + 1, cb, left_b, left2_b, up, upleft_b, half)
-            token, xb = slot_step(slots[context_of_activity[activity(w, n, nw, bits)], xb & mask], xb, precision)
+            token, xb = slot_step(
+                slots[context_of_activity[activity(w, n, nw, bits)], xb & mask], xb, precision
+            )
             if token == NO_TOKEN:
                 status_b = ANS_BAD_TOKEN
             else:

@@ -17,8 +17,15 @@ import numpy as np
 from numba.core.registry import CPUDispatcher
 
 from . import ans, bitio, compact
-from .ans import (ANS_CONTEXTS, ANS_MESSAGES, ANS_OK, ANS_CONTEXT_OF_ACTIVITY, GRADIENT_CONTEXTS, TABLE_GROUP_ROWS,
-                  token_count)
+from .ans import (
+    ANS_CONTEXT_OF_ACTIVITY,
+    ANS_CONTEXTS,
+    ANS_MESSAGES,
+    ANS_OK,
+    GRADIENT_CONTEXTS,
+    TABLE_GROUP_ROWS,
+    token_count,
+)
 from .format import COMPACT_BAND_ROWS, L3Error
 from .jit import cached_njit, compile_device_functions
 
@@ -30,7 +37,9 @@ def _compile_inline(func):
     a call that passes arrays costs an incref and decref of each."""
     if numba.config.DISABLE_JIT:
         return func
-    return CPUDispatcher(py_func=func, targetoptions={"nopython": True, "boundscheck": None, "inline": "always"})
+    return CPUDispatcher(
+        py_func=func, targetoptions={"nopython": True, "boundscheck": None, "inline": "always"}
+    )
 
 
 _dev = compile_device_functions([bitio, compact, ans], _compile_inline)
@@ -79,7 +88,7 @@ class CodedPlane:
         the bias flag byte and, when biased, one value per gradient context."""
         total = 1 + (GRADIENT_CONTEXTS * (self.bits // 8) if self.biased else 0)
         for top in range(0, self.height, COMPACT_BAND_ROWS):
-            band = self.row_lengths[top:top + COMPACT_BAND_ROWS]
+            band = self.row_lengths[top : top + COMPACT_BAND_ROWS]
             for column in band.T:
                 total += 2 + (len(column) * int(column.max()).bit_length() + 7) // 8 + 4
         return total
@@ -92,35 +101,45 @@ class CodedPlane:
 
 
 @_cached
-def _bias_sums(plane, tile_width, bits, sums, counts):
-    """Per gradient context magnitude: the sum of sign-folded residuals and their count."""
-    height, width = plane.shape
-    half = np.int64(1) << (bits - 1)
-    mask = (np.int64(1) << bits) - 1
-    for y in range(height):
-        row = y % COMPACT_BAND_ROWS
-        for x0 in range(0, width, tile_width):
-            left = left2 = upleft = half
-            for c in range(min(tile_width, width - x0)):
-                up = np.int64(plane[y - 1, x0 + c]) if row > 0 else half
-                w, n, nw = neighbours(row, c, left, left2, up, upleft, half)
-                sample = np.int64(plane[y, x0 + c])
-                index, sign = bias_context(w, n, nw, bits)
-                sums[index] += sign * (((sample - med(w, n, nw) + half) & mask) - half)
-                counts[index] += 1
-                left2, left, upleft = left, sample, up
-
-
-@_cached
-def _histograms(plane, tile_width, bits, bias, biased, counts, tokens, raw_bits, raw_values, contexts):
-    """counts[group, context, token] over rows of TABLE_GROUP_ROWS; the other arrays are a row's scratch."""
+def _histograms(
+    plane,
+    tile_width,
+    bits,
+    bias,
+    biased,
+    counts,
+    tokens,
+    raw_bits,
+    raw_values,
+    contexts,
+    bias_sums,
+    bias_counts,
+    collect,
+):
+    """counts[group, context, token] over rows of TABLE_GROUP_ROWS (and, with collect, the bias sums: see
+    ans.row_symbols); tokens .. contexts are a row's scratch."""
     height, width = plane.shape
     for y in range(height):
         group = counts[y // TABLE_GROUP_ROWS]
         for x0 in range(0, width, tile_width):
             count = min(tile_width, width - x0)
-            row_symbols(plane, y, x0, count, bits, bias, biased, ANS_CONTEXT_OF_ACTIVITY, tokens, raw_bits, raw_values,
-                        contexts, 0)
+            row_symbols(
+                plane,
+                y,
+                x0,
+                count,
+                bits,
+                bias,
+                biased,
+                ANS_CONTEXT_OF_ACTIVITY,
+                tokens,
+                raw_bits,
+                raw_values,
+                contexts,
+                bias_sums,
+                bias_counts,
+                collect,
+            )
             for i in range(count):
                 group[contexts[i], tokens[i]] += 1
 
@@ -143,10 +162,26 @@ def _tables(counts, precision, freq, cum, alphabets, out):
 
 
 @_cached
-def _encode_rows(plane, tile_width, bits, bias, biased, freq, cum, precision, tokens, raw_bits, raw_values, contexts,
-                 scratch, out, row_lengths):
+def _encode_rows(
+    plane,
+    tile_width,
+    bits,
+    bias,
+    biased,
+    freq,
+    cum,
+    precision,
+    tokens,
+    raw_bits,
+    raw_values,
+    contexts,
+    scratch,
+    out,
+    row_lengths,
+):
     """Every row stream, bands in order, in a band its tiles, in a tile its rows; returns the bytes written
-    or -1 when out is too small. A row's symbols are made into the row scratch arrays just before it is coded."""
+    or -1 when out is too small. A row's symbols are made into the row scratch arrays just before it is
+    coded."""
     height, width = plane.shape
     pos = 0
     for top in range(0, height, COMPACT_BAND_ROWS):
@@ -154,14 +189,40 @@ def _encode_rows(plane, tile_width, bits, bias, biased, freq, cum, precision, to
             count = min(tile_width, width - x0)
             for y in range(top, min(top + COMPACT_BAND_ROWS, height)):
                 g = y // TABLE_GROUP_ROWS
-                row_symbols(plane, y, x0, count, bits, bias, biased, ANS_CONTEXT_OF_ACTIVITY, tokens, raw_bits, raw_values,
-                        contexts, 0)
-                start = encode_row_stream(tokens, raw_bits, raw_values, contexts, 0, count, freq[g], cum[g],
-                                          precision, scratch, scratch.shape[0])
+                row_symbols(
+                    plane,
+                    y,
+                    x0,
+                    count,
+                    bits,
+                    bias,
+                    biased,
+                    ANS_CONTEXT_OF_ACTIVITY,
+                    tokens,
+                    raw_bits,
+                    raw_values,
+                    contexts,
+                    bias,
+                    bias,
+                    False,
+                )
+                start = encode_row_stream(
+                    tokens,
+                    raw_bits,
+                    raw_values,
+                    contexts,
+                    0,
+                    count,
+                    freq[g],
+                    cum[g],
+                    precision,
+                    scratch,
+                    scratch.shape[0],
+                )
                 length = scratch.shape[0] - start
                 if start < 0 or pos + length > out.shape[0]:
                     return -1
-                out[pos:pos + length] = scratch[start:]
+                out[pos : pos + length] = scratch[start:]
                 row_lengths[y, tile] = length
                 pos += length
     return pos
@@ -172,7 +233,9 @@ def _table_cost_bits(counts, freq, precision):
     return float(np.sum(counts[used] * (precision - np.log2(freq[used]))))
 
 
-def encode_plane(plane: np.ndarray, tile_width: int = 512, precision: int = 12, bias: str = "choose") -> CodedPlane:
+def encode_plane(
+    plane: np.ndarray, tile_width: int = 512, precision: int = 12, bias: str = "choose"
+) -> CodedPlane:
     """Code one plane (uint8 or uint16, already colour-transformed) with compact v2's coder. bias: "choose"
     (the cheaper of with and without, by the tables' cost), "on" or "off"."""
     if plane.ndim != 2 or plane.dtype not in (np.uint8, np.uint16) or plane.size == 0:
@@ -187,18 +250,30 @@ def encode_plane(plane: np.ndarray, tile_width: int = 512, precision: int = 12, 
     height, width = plane.shape
     bits = plane.dtype.itemsize * 8
     groups = (height + TABLE_GROUP_ROWS - 1) // TABLE_GROUP_ROWS
-    bias_table = np.zeros(GRADIENT_CONTEXTS, np.int64)
-    if bias != "off":
-        sums = np.zeros(GRADIENT_CONTEXTS, np.int64)
-        counts = np.zeros(GRADIENT_CONTEXTS, np.int64)
-        _bias_sums(plane, tile_width, bits, sums, counts)
-        bias_table = np.floor(sums / np.maximum(counts, 1) + 0.5).astype(np.int64)
-    choices = {"choose": (False, True), "on": (True,), "off": (False,)}[bias]
     row = [np.zeros(tile_width, dtype) for dtype in (np.uint8, np.uint8, np.int32, np.uint8)]
+    sums = np.zeros(GRADIENT_CONTEXTS, np.int64)
+    counts_per_gradient = np.zeros(GRADIENT_CONTEXTS, np.int64)
+    bias_table = np.zeros(GRADIENT_CONTEXTS, np.int64)
     best = None
-    for biased in choices:
+    # unbiased first: its pass also sums the residuals the bias table is made of
+    for biased in {"choose": (False, True), "on": (False, True), "off": (False,)}[bias]:
         counts = np.zeros((groups, ANS_CONTEXTS, MAX_TOKENS), np.int64)
-        _histograms(plane, tile_width, bits, bias_table, biased, counts, *row)
+        _histograms(
+            plane,
+            tile_width,
+            bits,
+            bias_table,
+            biased,
+            counts,
+            *row,
+            sums,
+            counts_per_gradient,
+            not biased and bias != "off",
+        )
+        if not biased:
+            bias_table = np.floor(sums / np.maximum(counts_per_gradient, 1) + 0.5).astype(np.int64)
+            if bias == "on":
+                continue
         freq = np.zeros_like(counts)
         cum = np.zeros_like(counts)
         alphabets = np.zeros((groups, ANS_CONTEXTS), np.int64)
@@ -206,19 +281,30 @@ def encode_plane(plane: np.ndarray, tile_width: int = 512, precision: int = 12, 
         ends = _tables(counts, precision, freq, cum, alphabets, table_out)
         cost = _table_cost_bits(counts, freq, precision) / 8 + ends[-1] + (GRADIENT_CONTEXTS if biased else 0)
         if best is None or cost < best[0]:
-            best = (cost, biased, freq, cum, bytes(table_out[:ends[-1]]), ends)
+            best = (cost, biased, freq, cum, bytes(table_out[: ends[-1]]), ends)
     _, biased, freq, cum, tables, ends = best
     # a sample costs at most 12 token bits and 14 raw bits, so 4 bytes a sample bound any row stream
     scratch = np.zeros(4 * tile_width + 16, np.uint8)
     out = np.zeros(plane.size * 4 + 16 * height * ((width + tile_width - 1) // tile_width), np.uint8)
     row_lengths = np.zeros((height, (width + tile_width - 1) // tile_width), np.int64)
-    written = _encode_rows(plane, tile_width, bits, bias_table, biased, freq, cum, precision, *row, scratch, out,
-                           row_lengths)
+    written = _encode_rows(
+        plane, tile_width, bits, bias_table, biased, freq, cum, precision, *row, scratch, out, row_lengths
+    )
     if written < 0:
         raise RuntimeError("compact v2 row stream outgrew its scratch")  # a bug: the bound above holds
-    return CodedPlane(height, width, bits, tile_width, precision, biased,
-                      bias_table if biased else np.zeros(GRADIENT_CONTEXTS, np.int64), tables, ends,
-                      bytes(out[:written]), row_lengths)
+    return CodedPlane(
+        height,
+        width,
+        bits,
+        tile_width,
+        precision,
+        biased,
+        bias_table if biased else np.zeros(GRADIENT_CONTEXTS, np.int64),
+        tables,
+        ends,
+        bytes(out[:written]),
+        row_lengths,
+    )
 
 
 # ---------------------------------------------------------------- decoder
@@ -229,7 +315,7 @@ def _read_group_tables(buf, table_ends, bits, precision, freq, alphabets, slots)
     """Read and check every group's tables into slot tables; returns a status."""
     start = 0
     for g in range(table_ends.shape[0]):
-        status, bit_pos = read_tables(buf, start * 8, table_ends[g] * 8, bits, precision, freq[g], alphabets[g])
+        status, _ = read_tables(buf, start * 8, table_ends[g] * 8, bits, precision, freq[g], alphabets[g])
         if status != ANS_OK:
             return status
         status = build_slot_table(freq[g], alphabets[g], precision, bits, slots[g])
@@ -254,12 +340,39 @@ def _decode_rows(streams, row_lengths, tile_width, bits, slots, precision, bias,
                 middle = pos + row_lengths[y, tile]
                 if y + 1 < bottom:
                     end = middle + row_lengths[y + 1, tile]
-                    status = decode_row_pair(streams, pos, middle, end, plane, y, x0, count, bits, slots_y,
-                                             precision, bias, biased, ANS_CONTEXT_OF_ACTIVITY)
+                    status = decode_row_pair(
+                        streams,
+                        pos,
+                        middle,
+                        end,
+                        plane,
+                        y,
+                        x0,
+                        count,
+                        bits,
+                        slots_y,
+                        precision,
+                        bias,
+                        biased,
+                        ANS_CONTEXT_OF_ACTIVITY,
+                    )
                 else:
                     end = middle
-                    status = decode_row(streams, pos, end, plane, y, x0, count, bits, slots_y, precision, bias,
-                                        biased, ANS_CONTEXT_OF_ACTIVITY)
+                    status = decode_row(
+                        streams,
+                        pos,
+                        end,
+                        plane,
+                        y,
+                        x0,
+                        count,
+                        bits,
+                        slots_y,
+                        precision,
+                        bias,
+                        biased,
+                        ANS_CONTEXT_OF_ACTIVITY,
+                    )
                 if status != ANS_OK:
                     return status
                 pos = end
@@ -276,12 +389,28 @@ def decode_status(coded: CodedPlane) -> tuple[np.ndarray, int]:
     alphabets = np.zeros((groups, ANS_CONTEXTS), np.int64)
     slots = np.zeros((groups, ANS_CONTEXTS, 1 << coded.precision), np.int32)
     table_bytes = np.frombuffer(coded.tables, np.uint8)
-    status = _read_group_tables(table_bytes, np.asarray(coded.table_ends, np.int64), coded.bits, coded.precision,
-                                freq, alphabets, slots)
+    status = _read_group_tables(
+        table_bytes,
+        np.asarray(coded.table_ends, np.int64),
+        coded.bits,
+        coded.precision,
+        freq,
+        alphabets,
+        slots,
+    )
     if status != ANS_OK:
         return plane, status
-    status = _decode_rows(np.frombuffer(coded.streams, np.uint8), coded.row_lengths, coded.tile_width, coded.bits,
-                          slots, coded.precision, np.asarray(coded.bias, np.int64), coded.biased, plane)
+    status = _decode_rows(
+        np.frombuffer(coded.streams, np.uint8),
+        coded.row_lengths,
+        coded.tile_width,
+        coded.bits,
+        slots,
+        coded.precision,
+        np.asarray(coded.bias, np.int64),
+        coded.biased,
+        plane,
+    )
     return plane, status
 
 
