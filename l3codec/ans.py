@@ -41,7 +41,7 @@ ANS_CONTEXT_OF_ACTIVITY = np.array(
     [np.sum(np.array(ACTIVITY_EDGES) <= a) for a in range(ACTIVITY_EDGES[-1] + 1)], dtype=np.int32
 )
 GRADIENT_CONTEXTS = 41  # sign-folded q9(N-NW) * 9 + q9(NW-W), as JPEG-LS
-GRADIENT_EDGES = np.array([3, 7, 21], dtype=np.int64)  # 8-bit; scaled by 2^(bits-8)
+GRADIENT_EDGES = (3, 7, 21)  # 8-bit; scaled by 2^(bits-8)
 TABLE_GROUP_ROWS = 256  # rows of a plane that share one set of tables
 
 ANS_OK = 0
@@ -106,19 +106,18 @@ def activity(w, n, nw, bits):
 
 @device
 def gradient_step(g, bits):
-    """JPEG-LS's 9-level quantiser of a gradient: -4..4."""
+    """JPEG-LS's 9-level quantiser of a gradient: -4..4. Without branches (gradients are unpredictable) and
+    with GRADIENT_EDGES a tuple: a global array read in an inlined helper costs reference counts."""
     a = abs(g)
     shift = bits - 8
-    q = 0
-    if a > 0:
-        q = 4
-        if a < (GRADIENT_EDGES[2] << shift):
-            q = 3
-        if a < (GRADIENT_EDGES[1] << shift):
-            q = 2
-        if a < (GRADIENT_EDGES[0] << shift):
-            q = 1
-    return q if g >= 0 else -q
+    q = (
+        np.int64(a > 0)
+        + np.int64(a >= (GRADIENT_EDGES[0] << shift))
+        + np.int64(a >= (GRADIENT_EDGES[1] << shift))
+        + np.int64(a >= (GRADIENT_EDGES[2] << shift))
+    )
+    negative = g >> 63  # -1 or 0
+    return (q ^ negative) - negative
 
 
 @device
