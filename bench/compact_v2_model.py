@@ -18,7 +18,12 @@ length of the longest row in bytes) + 4 bytes stream-table entry + 44 bytes file
 frequency's bits below its top bit; bias: 41 bytes per plane. Sample-copy rows and run mode are not
 modelled (run mode: see the report).
 
-Usage: python bench/compact_v2_model.py IMAGES... --out bench/results/compact-v2-model.md
+--study flush (issue #39 phase 1) varies only the row stream's end: the encoder starting from state 0
+instead of L (start="zero"), the final state in the fewest bytes that hold it with the count taken from the
+row's length (flush="min"), and one word stream per band-tile interleaving its rows (layout="interleaved",
+priced: the same words, no row-length table, 2 bits of flush length per row).
+
+Usage: python bench/compact_v2_model.py IMAGES... [--study flush] --out bench/results/compact-v2-model.md
 """
 import argparse, os, sys, time, platform
 import numpy as np, cv2, numba as nb
@@ -532,8 +537,6 @@ if __name__ == "__main__":
                 lines.append(f"| {name} | {int(b):,} | {int(f):,} | {int(h):,} | {b/src:.4f} | {b/webp:.4f} | "
                              f"{100*(b/ideas[0]-1):+.2f}% |")
             continue
-        lines.append("| idea (one change from the baseline) | bytes | x sources | x compact today | x WebP | vs baseline |")
-        lines.append("|---|---:|---:|---:|---:|---:|")
         lines.append(f"Baseline overheads: {int(agg['rows']):,} row streams; final states {int(agg['flush']):,} B "
                      f"({100*agg['flush']/ideas[0]:.1f}% of the baseline); stream headers + row-length tables + stream-table "
                      f"entries {int(agg['shdr']):,} B ({100*agg['shdr']/ideas[0]:.1f}%); tables {int(agg['tbl']):,} B; "
@@ -542,6 +545,8 @@ if __name__ == "__main__":
         lines.append(f"Combination A overheads: {int(agg['Arows']):,} row streams; final states {int(agg['Aflush']):,} B "
                      f"({100*agg['Aflush']/ideas[iA]:.1f}%); stream headers + row tables + stream-table entries {int(agg['Ashdr']):,} B; "
                      f"tables {int(agg['Atbl']):,} B ({100*agg['Atbl']/ideas[iA]:.1f}%); rANS symbols per sample {1+agg['Araw']/agg['samples']:.3f}.\n")
+        lines.append("| idea (one change from the baseline) | bytes | x sources | x compact today | x WebP | vs baseline |")
+        lines.append("|---|---:|---:|---:|---:|---:|")
         for (name, _), b in zip(IDEAS, ideas):
             lines.append(f"| {name} | {int(b):,} | {b/src:.4f} | {b/comp:.4f} | {b/webp:.4f} | {100*(b/ideas[0]-1):+.2f}% |")
     print("\n".join(lines))
