@@ -3,8 +3,10 @@ plane-level drivers that encode and decode one plane into a CodedPlane. A CodedP
 in-memory container, not a file: the next phase puts its parts into format 10's streams
 (docs/compact-v2-draft.md), which encode() does not write yet.
 
-Encoding takes two passes over a plane's symbols: histograms per TABLE_GROUP_ROWS rows (with and without
-the static bias; the cheaper by the quantised tables' own cost is kept), then the row streams.
+Encoding takes three passes over a plane, none storing more than a row of symbols: histograms per
+TABLE_GROUP_ROWS rows without the static bias (also summing the residuals the bias table is made of), with
+it (the cheaper by the quantised tables' own cost is kept), then the row streams. The decoder takes two
+rows of a band at once (ans.decode_row_pair).
 """
 
 from __future__ import annotations
@@ -237,7 +239,7 @@ def _table_cost_bits(counts, freq, precision):
 
 
 def encode_plane(
-    plane: np.ndarray, tile_width: int = 512, precision: int = 12, bias: str = "choose"
+    plane: np.ndarray, tile_width: int = 512, precision: int = 11, bias: str = "choose"
 ) -> CodedPlane:
     """Code one plane (uint8 or uint16, already colour-transformed) with compact v2's coder. bias: "choose"
     (the cheaper of with and without, by the tables' cost), "on" or "off"."""

@@ -290,6 +290,16 @@ def test_planes_round_trip(kind, dtype, bias):
     assert coded.biased == (bias == "on") or bias == "choose"
 
 
+@pytest.mark.parametrize("shape", [(1, 1), (1, 5), (2, 1), (33, 1), (3, 3), (257, 2)])
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16])
+def test_tiny_planes_round_trip_at_the_lowest_precision(shape, dtype):
+    """One-sample rows and columns, tiles of 2 (a last tile of 1), a second table group of one row, and
+    tables of the lowest precision (2^6 slots for up to 40 tokens)."""
+    plane = np.random.default_rng(1).integers(0, np.iinfo(dtype).max, shape, endpoint=True).astype(dtype)
+    coded = ans_cpu.encode_plane(plane, tile_width=2, precision=6)
+    np.testing.assert_array_equal(ans_cpu.decode_plane(coded), plane)
+
+
 def test_smooth_planes_code_below_a_bit_a_sample_and_noise_near_its_width():
     smooth = make_image("gradient", 64, 512, 1, np.uint8)
     noise = make_image("noise", 64, 512, 1, np.uint8, seed=1).astype(np.uint8)
