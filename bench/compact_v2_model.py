@@ -18,7 +18,12 @@ length of the longest row in bytes) + 4 bytes stream-table entry + 44 bytes file
 frequency's bits below its top bit; bias: 41 bytes per plane. Sample-copy rows and run mode are not
 modelled (run mode: see the report).
 
-Usage: python bench/compact_v2_model.py IMAGES... --out bench/results/compact-v2-model.md
+--study flush (issue #39 phase 1) varies only the row stream's end: the encoder starting from state 0
+instead of L (start="zero"), the final state in the fewest bytes that hold it with the count taken from the
+row's length (flush="min"), and one word stream per band-tile interleaving its rows (layout="interleaved",
+priced: the same words, no row-length table, 2 bits of flush length per row).
+
+Usage: python bench/compact_v2_model.py IMAGES... [--study flush] --out bench/results/compact-v2-model.md
 """
 import argparse, os, sys, time, platform
 import numpy as np, cv2, numba as nb
@@ -133,10 +138,13 @@ def table_bits(f):
 
 
 @nb.njit(cache=True)
-def rans_rows(toks, nbit, raw, ctx, tset, freq, cum, prec, renorm, collect, words_out, TW):
+def rans_rows(toks, nbit, raw, ctx, tset, freq, cum, prec, renorm, collect, words_out, TW, small_start, min_flush,
+              flushed):
     """Encode every row stream (row y, tile tx) of one plane. Returns bytes per row stream in a (H, tiles) array.
     renorm: 16 or 8. freq/cum: [tableset, ctx, token]. If collect, row (0,0..) words are written to words_out
-    per stream for verification (only used for small images)."""
+    per stream for verification (only used for small images). small_start: the encoder starts from state 0
+    instead of L (the decoder then stops reading words when its stream is spent and checks the end state is 0).
+    min_flush: the final state is flushed in the fewest bytes that hold it (0-4) instead of always 4."""
     H, Wd = toks.shape
     ntx = (Wd + TW - 1) // TW
     out = np.zeros((H, ntx), np.int64)
@@ -146,7 +154,7 @@ def rans_rows(toks, nbit, raw, ctx, tset, freq, cum, prec, renorm, collect, word
         for tx in range(ntx):
             x0 = tx * TW
             x1 = min(x0 + TW, Wd)
-            x = L
+            x = np.int64(0) if small_start else L
             nw = 0
             for xx in range(x1 - 1, x0 - 1, -1):
                 # raw bits first (decoded after the token)
@@ -162,7 +170,13 @@ def rans_rows(toks, nbit, raw, ctx, tset, freq, cum, prec, renorm, collect, word
                 while x >= xmax:
                     buf[nw] = x & ((1 << renorm) - 1); nw += 1; x >>= renorm
                 x = ((x // f) << prec) + (x % f) + c
-            out[y, tx] = nw * (renorm // 8) + 4
+            flush = 4
+            if min_flush:
+                flush = 0
+                while (x >> (8 * flush)) > 0:
+                    flush += 1
+            flushed[0] += flush
+            out[y, tx] = nw * (renorm // 8) + flush
             if collect:
                 # layout: [nw, final state, words...]
                 words_out[y, tx, 0] = nw
@@ -173,7 +187,8 @@ def rans_rows(toks, nbit, raw, ctx, tset, freq, cum, prec, renorm, collect, word
 
 
 @nb.njit(cache=True)
-def rans_decode_rows(words, nbit_unused, ctx, tset, freq, cum, prec, renorm, Wd, dec_tok, dec_raw, kk, mb, TW):
+def rans_decode_rows(words, nbit_unused, ctx, tset, freq, cum, prec, renorm, Wd, dec_tok, dec_raw, kk, mb, TW,
+                     small_start):
     """Decode every row stream; tokens then raw bits (bit count from the token, as a real decoder does)."""
     H = ctx.shape[0]
     ntx = (Wd + TW - 1) // TW
@@ -193,7 +208,7 @@ def rans_decode_rows(words, nbit_unused, ctx, tset, freq, cum, prec, renorm, Wd,
                 while cum[t, cc, s] + freq[t, cc, s] <= slot:
                     s += 1
                 x = freq[t, cc, s] * (x >> prec) + slot - cum[t, cc, s]
-                while x < L:
+                while x < L and pos >= 0:
                     x = (x << renorm) | words[y, tx, 2 + pos]; pos -= 1
                 dec_tok[y, xx] = s
                 if s < (1 << kk):
@@ -204,11 +219,11 @@ def rans_decode_rows(words, nbit_unused, ctx, tset, freq, cum, prec, renorm, Wd,
                 if b > 0:
                     dec_raw[y, xx] = x & ((1 << b) - 1)
                     x >>= b
-                    while x < L:
+                    while x < L and pos >= 0:
                         x = (x << renorm) | words[y, tx, 2 + pos]; pos -= 1
                 else:
                     dec_raw[y, xx] = 0
-            if pos != -1 or x != L:
+            if pos != -1 or x != (0 if small_start else L):
                 return False
     return True
 
@@ -333,20 +348,40 @@ def plane_bytes(prep, pl, cfg, verify, pi):
                 total += table_bits(f) / 8.0
                 TBL[0] += table_bits(f) / 8.0
         words = np.zeros((H, ntx, 2 + 2 * TW + 8), np.int64) if verify else np.zeros((1, 1, 1), np.int64)
-        rows = rans_rows(toks, nbit, raw, ctx, tset, freq, cum, cfg["prec"], cfg["renorm"], verify, words, TW)
-        FLUSH[0] += 4 * rows.size; FLUSH[1] += rows.size
+        small, minf = cfg["start"] == "zero", cfg["flush"] != "4"
+        FLUSHED[0] = 0
+        rows = rans_rows(toks, nbit, raw, ctx, tset, freq, cum, cfg["prec"], cfg["renorm"], verify, words, TW, small, minf,
+                         FLUSHED)
+        FLUSH[0] += FLUSHED[0]; FLUSH[1] += rows.size
         FLUSH[3] += np.count_nonzero(nbit); FLUSH[4] += nbit.size; FLUSH[5] += TBL[0]
         # streams: tile of 512 x 32 (one band) per plane; header 2 bytes + row-length table + 4-byte table entry
-        for ty in range(0, H, BAND):
-            blk = rows[ty:ty + BAND]
-            for tx in range(ntx):
-                r = blk[:, tx]
-                Lb = int(r.max()).bit_length()
-                total += r.sum() + 2 + (len(r) * Lb + 7) // 8 + 4
-                FLUSH[2] += 2 + (len(r) * Lb + 7) // 8 + 4
+        # layout "rows": a stream per band-tile whose header lists each row's byte length (h entries of Lb bits);
+        # with flush "min" a row's flush length is implied by its byte length (<= 2: all flush; else odd -> 3,
+        # even -> 4): once a word is written the state stays >= L = 2^16, so the fewest bytes are 3 or 4.
+        # layout "interleaved": the band-tile's rows share one word stream (a warp reads it in wavefront order, a
+        # ballot and a prefix count per step); no row lengths, but each row's flush length in 2 bits (1-4 bytes).
+        if cfg["layout"] == "interleaved":
+            if cfg["flush"] != "4":
+                rows = rows + (rows == 0)  # a 0 state is flushed as one byte: 2 bits say 1-4
+            for ty in range(0, H, BAND):
+                blk = rows[ty:ty + BAND]
+                for tx in range(ntx):
+                    r = blk[:, tx]
+                    extra = 2 + 4 + ((2 * len(r) + 7) // 8 if cfg["flush"] != "4" else 0)
+                    total += r.sum() + extra
+                    FLUSH[2] += extra
+        else:
+            for ty in range(0, H, BAND):
+                blk = rows[ty:ty + BAND]
+                for tx in range(ntx):
+                    r = blk[:, tx]
+                    Lb = int(r.max()).bit_length()
+                    total += r.sum() + 2 + (len(r) * Lb + 7) // 8 + 4
+                    FLUSH[2] += 2 + (len(r) * Lb + 7) // 8 + 4
         if verify:
             dt = np.zeros_like(toks); dr = np.zeros_like(toks)
-            ok = rans_decode_rows(words, nbit, ctx, tset, freq, cum, cfg["prec"], cfg["renorm"], Wd, dt, dr, cfg["k"], cfg["mb"], TW)
+            ok = rans_decode_rows(words, nbit, ctx, tset, freq, cum, cfg["prec"], cfg["renorm"], Wd, dt, dr, cfg["k"], cfg["mb"], TW,
+                                  small)
             ok = ok and np.array_equal(dt, toks) and np.array_equal(dr, raw)
             # rebuild residuals from tokens and compare with e
             if ok:
@@ -367,10 +402,25 @@ def plane_bytes(prep, pl, cfg, verify, pi):
 
 
 FLUSH = np.zeros(6)
+FLUSHED = np.zeros(1, np.int64)
 TBL = np.zeros(1)  # final-state bytes, row streams, stream header + row table + stream-table bytes
 
 
-BASE = dict(tw=512, bins=BINS14, ne=False, k=4, mb=1, prec=12, renorm=16, group_rows=0, bias=False)
+BASE = dict(tw=512, bins=BINS14, ne=False, k=4, mb=1, prec=12, renorm=16, group_rows=0, bias=False,
+            start="L", flush="4", layout="rows")
+A = dict(group_rows=256, bias="choose")  # combination A's choices other than the width
+FLUSH_STUDY = [  # issue #39 phase 1: the per-row final state at GPU-friendly widths
+    ("A at width 512 (4-byte final state from L, row-length table)", dict(A)),
+    ("A 512 + encoder starts from 0 (4-byte flush)", dict(A, start="zero")),
+    ("A 512 + start 0 + fewest flush bytes (length from row-length parity)", dict(A, start="zero", flush="min")),
+    ("A 512 + start 0 + fewest flush bytes + prec 11", dict(A, start="zero", flush="min", prec=11)),
+    ("A 512, interleaved band stream, 4-byte flush from L", dict(A, layout="interleaved")),
+    ("A 512, interleaved band stream + start 0 + fewest flush bytes (2 bits each)",
+     dict(A, layout="interleaved", start="zero", flush="min")),
+    ("A at width 1024 + start 0 + fewest flush bytes", dict(A, tw=1024, start="zero", flush="min")),
+    ("A at width 2048 (4-byte final state from L)", dict(A, tw=2048)),
+    ("A at width 2048 + start 0 + fewest flush bytes", dict(A, tw=2048, start="zero", flush="min")),
+]
 IDEAS = [
     ("baseline: 14 activity bins, k=4 mb=1, prec 12, 16-bit renorm, per-image tables, no bias", {}),
     ("4 bins", dict(bins=BINS4)),
@@ -402,7 +452,12 @@ def main():
     ap.add_argument("images", nargs="+")
     ap.add_argument("--out")
     ap.add_argument("--verify", default=None, help="image to round-trip (default: the first)")
+    ap.add_argument("--study", choices=["ideas", "flush"], default="ideas",
+                    help="ideas: one idea at a time (the original table); flush: the final-state layouts at 512-2048")
     args = ap.parse_args()
+    global IDEAS
+    if args.study == "flush":
+        IDEAS = FLUSH_STUDY
     import l3codec
     sets = {}
     for p in args.images:
@@ -414,16 +469,19 @@ def main():
     # round trip check
     vpath = args.verify or args.images[0]
     prep = Prep(load(vpath))
-    vcfgs = [BASE, dict(BASE, renorm=8, prec=10, bias=True, ne=True, group_rows=256, k=3, mb=2, tw=2048)]
+    vcfgs = [BASE, dict(BASE, renorm=8, prec=10, bias=True, ne=True, group_rows=256, k=3, mb=2, tw=2048),
+             dict(BASE, start="zero", flush="min", group_rows=256, bias=True)]
     for c in vcfgs:
         code_image(prep, c, verify=True)
     say(f"round trip: rANS decode of every row stream of {os.path.basename(vpath)} reproduced every token, raw bits "
         f"and residual, and the pixels rebuilt from the decoded residuals equal the source planes, for {len(vcfgs)} configurations "
-        f"(16-bit/prec 12/width 512; 8-bit/prec 10/k=3 mb=2/bias/NE/256-row groups/width 2048)")
+        f"(16-bit/prec 12/width 512; 8-bit/prec 10/k=3 mb=2/bias/NE/256-row groups/width 2048; "
+        f"16-bit/start 0/fewest flush bytes/bias/256-row groups/width 512)")
     res = {}
     for sname, paths in sets.items():
         agg = dict(src=0, compact=0, webp=0, samples=0, raw_syms=0)
         ideas = np.zeros(len(IDEAS))
+        finals = np.zeros(len(IDEAS)); headers = np.zeros(len(IDEAS))
         for p in paths:
             rgb = load(p)
             if rgb is None:
@@ -437,14 +495,16 @@ def main():
             for i, (name, d) in enumerate(IDEAS):
                 FLUSH[:] = 0
                 ideas[i] += code_image(prep, dict(BASE, **d))
+                finals[i] += FLUSH[0]; headers[i] += FLUSH[2]
                 if i == 0:
                     agg["flush"] = agg.get("flush", 0) + FLUSH[0]; agg["rows"] = agg.get("rows", 0) + FLUSH[1]
                     agg["shdr"] = agg.get("shdr", 0) + FLUSH[2]
                     agg["raw"] = agg.get("raw", 0) + FLUSH[3]; agg["tbl"] = agg.get("tbl", 0) + FLUSH[5]
-                if name.startswith("combination A (slope 1)"):
+                if name.startswith("combination A (slope 1)") and i < len(IDEAS):
                     for kx, j in (("Aflush", 0), ("Arows", 1), ("Ashdr", 2), ("Araw", 3), ("Atbl", 5)):
                         agg[kx] = agg.get(kx, 0) + FLUSH[j]
             print(f"  {sname}/{os.path.basename(p)} done {time.time()-t0:.0f}s", flush=True)
+        agg["finals"], agg["headers"] = finals, headers
         res[sname] = (agg, ideas)
     return res, log, sets
 
@@ -470,8 +530,13 @@ if __name__ == "__main__":
     for sname, (agg, ideas) in res.items():
         src, comp, webp = agg["src"], agg["compact"], agg["webp"]
         lines.append(f"\n### {sname} ({len(sets[sname])} images, {agg['samples']:,} samples; sources {src:,} B; compact today {comp/src:.4f}x; WebP {webp/src:.4f}x)\n")
-        lines.append("| idea (one change from the baseline) | bytes | x sources | x compact today | x WebP | vs baseline |")
-        lines.append("|---|---:|---:|---:|---:|---:|")
+        if IDEAS is FLUSH_STUDY:
+            lines.append("| layout | bytes | final states B | stream headers + row tables B | x sources | x WebP | vs first |")
+            lines.append("|---|---:|---:|---:|---:|---:|---:|")
+            for (name, _), b, f, h in zip(IDEAS, ideas, agg["finals"], agg["headers"]):
+                lines.append(f"| {name} | {int(b):,} | {int(f):,} | {int(h):,} | {b/src:.4f} | {b/webp:.4f} | "
+                             f"{100*(b/ideas[0]-1):+.2f}% |")
+            continue
         lines.append(f"Baseline overheads: {int(agg['rows']):,} row streams; final states {int(agg['flush']):,} B "
                      f"({100*agg['flush']/ideas[0]:.1f}% of the baseline); stream headers + row-length tables + stream-table "
                      f"entries {int(agg['shdr']):,} B ({100*agg['shdr']/ideas[0]:.1f}%); tables {int(agg['tbl']):,} B; "
@@ -480,6 +545,8 @@ if __name__ == "__main__":
         lines.append(f"Combination A overheads: {int(agg['Arows']):,} row streams; final states {int(agg['Aflush']):,} B "
                      f"({100*agg['Aflush']/ideas[iA]:.1f}%); stream headers + row tables + stream-table entries {int(agg['Ashdr']):,} B; "
                      f"tables {int(agg['Atbl']):,} B ({100*agg['Atbl']/ideas[iA]:.1f}%); rANS symbols per sample {1+agg['Araw']/agg['samples']:.3f}.\n")
+        lines.append("| idea (one change from the baseline) | bytes | x sources | x compact today | x WebP | vs baseline |")
+        lines.append("|---|---:|---:|---:|---:|---:|")
         for (name, _), b in zip(IDEAS, ideas):
             lines.append(f"| {name} | {int(b):,} | {b/src:.4f} | {b/comp:.4f} | {b/webp:.4f} | {100*(b/ideas[0]-1):+.2f}% |")
     print("\n".join(lines))

@@ -1,0 +1,427 @@
+"""compact v2's coder on the CPU (issue #39 phase 1): ans.py's row functions compiled with numba.njit, and
+plane-level drivers that encode and decode one plane into a CodedPlane. A CodedPlane is phase 1's own
+in-memory container, not a file: the next phase puts its parts into format 10's streams
+(docs/compact-v2-draft.md), which encode() does not write yet.
+
+Encoding takes three passes over a plane, none storing more than a row of symbols: histograms per
+TABLE_GROUP_ROWS rows without the static bias (also summing the residuals the bias table is made of), with
+it (the cheaper by the quantised tables' own cost is kept), then the row streams. The decoder takes two
+rows of a band at once (ans.decode_row_pair).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+
+import numba
+import numpy as np
+from numba.core.registry import CPUDispatcher
+
+from . import ans, bitio, compact
+from .ans import (
+    ANS_CONTEXT_OF_ACTIVITY,
+    ANS_CONTEXTS,
+    ANS_MESSAGES,
+    ANS_OK,
+    GRADIENT_CONTEXTS,
+    TABLE_GROUP_ROWS,
+    token_count,
+)
+from .format import COMPACT_BAND_ROWS, L3Error
+from .jit import cached_njit, compile_device_functions
+
+MAX_TOKENS = token_count(16)
+
+
+def _compile_inline(func):
+    """Every ans function is inlined where it is used, as compact's per-sample functions are (cpu.py):
+    a call that passes arrays costs an incref and decref of each."""
+    if numba.config.DISABLE_JIT:
+        return func
+    return CPUDispatcher(
+        py_func=func, targetoptions={"nopython": True, "boundscheck": None, "inline": "always"}
+    )
+
+
+_dev = compile_device_functions([bitio, compact, ans], _compile_inline)
+row_symbols = _dev.row_symbols
+decode_row = _dev.decode_row
+decode_row_pair = _dev.decode_row_pair
+encode_row_stream = _dev.encode_row_stream
+quantise_counts = _dev.quantise_counts
+write_tables = _dev.write_tables
+read_tables = _dev.read_tables
+build_slot_table = _dev.build_slot_table
+cumulative_table = _dev.cumulative_table
+neighbours = _dev.neighbours
+bias_context = _dev.bias_context
+med = _dev.med
+zigzag = _dev.zigzag
+writer_init = _dev.writer_init
+writer_flush = _dev.writer_flush
+
+_cached = cached_njit([sys.modules[__name__]], nogil=True)
+# The decoder is compiled without numba's runtime (it allocates nothing): every inlined helper given an
+# array would otherwise update its reference count twice, atomically, per sample (decode 2x slower).
+_decoder = cached_njit([sys.modules[__name__]], nogil=True, _nrt=False)
+
+
+@dataclasses.dataclass
+class CodedPlane:
+    """One plane coded by compact v2's coder: tables per TABLE_GROUP_ROWS rows, the bias, the row streams
+    (bands in order, in a band its tiles, in a tile its rows) and each row stream's byte length."""
+
+    height: int
+    width: int
+    bits: int
+    tile_width: int
+    precision: int
+    biased: bool
+    bias: np.ndarray  # GRADIENT_CONTEXTS signed values, all 0 when not biased
+    tables: bytes  # each group's tables (ans.write_tables), each group byte-aligned
+    table_ends: np.ndarray  # byte end of each group's tables in `tables`
+    streams: bytes
+    row_lengths: np.ndarray  # (height, tiles): bytes of each row stream
+
+    def stream_bytes(self) -> int:
+        return len(self.streams)
+
+    def framing_bytes(self) -> int:
+        """What format 10 adds around the row streams, as the model prices it: per band-tile stream 2 header
+        bytes, a row-length table (rows x the bit length of its longest row) and a 4-byte stream-table entry;
+        the bias flag byte and, when biased, one value per gradient context."""
+        total = 1 + (GRADIENT_CONTEXTS * (self.bits // 8) if self.biased else 0)
+        for top in range(0, self.height, COMPACT_BAND_ROWS):
+            band = self.row_lengths[top : top + COMPACT_BAND_ROWS]
+            for column in band.T:
+                total += 2 + (len(column) * int(column.max()).bit_length() + 7) // 8 + 4
+        return total
+
+    def total_bytes(self) -> int:
+        return len(self.tables) + len(self.streams) + self.framing_bytes()
+
+
+# ---------------------------------------------------------------- encoder passes
+
+
+@_cached
+def _histograms(
+    plane,
+    tile_width,
+    bits,
+    bias,
+    biased,
+    counts,
+    tokens,
+    raw_bits,
+    raw_values,
+    contexts,
+    bias_sums,
+    bias_counts,
+    collect,
+):
+    """counts[group, context, token] over rows of TABLE_GROUP_ROWS (and, with collect, the bias sums: see
+    ans.row_symbols); tokens .. contexts are a row's scratch."""
+    height, width = plane.shape
+    for y in range(height):
+        group = counts[y // TABLE_GROUP_ROWS]
+        for x0 in range(0, width, tile_width):
+            count = min(tile_width, width - x0)
+            row_symbols(
+                plane,
+                y,
+                x0,
+                count,
+                bits,
+                bias,
+                biased,
+                ANS_CONTEXT_OF_ACTIVITY,
+                tokens,
+                raw_bits,
+                raw_values,
+                contexts,
+                bias_sums,
+                bias_counts,
+                collect,
+            )
+            for i in range(count):
+                group[contexts[i], tokens[i]] += 1
+
+
+@_cached
+def _tables(counts, precision, freq, cum, alphabets, out):
+    """Quantised tables, the encoder's cumulative tables and the written tables of every group; returns the
+    byte end of each group's tables in out."""
+    ends = np.zeros(counts.shape[0], np.int64)
+    writer = np.zeros(bitio.WRITER_STATE_SIZE, np.int64)
+    writer_init(writer, 0, out.shape[0])
+    for g in range(counts.shape[0]):
+        for ctx in range(ANS_CONTEXTS):
+            alphabets[g, ctx] = quantise_counts(counts[g, ctx], precision, freq[g, ctx])
+        cumulative_table(freq[g], alphabets[g], cum[g])
+        write_tables(freq[g], alphabets[g], out, writer)
+        ends[g] = writer_flush(out, writer)
+        writer_init(writer, ends[g], out.shape[0])
+    return ends
+
+
+@_cached
+def _encode_rows(
+    plane,
+    tile_width,
+    bits,
+    bias,
+    biased,
+    freq,
+    cum,
+    precision,
+    tokens,
+    raw_bits,
+    raw_values,
+    contexts,
+    scratch,
+    out,
+    row_lengths,
+):
+    """Every row stream, bands in order, in a band its tiles, in a tile its rows; returns the bytes written
+    or -1 when out is too small. A row's symbols are made into the row scratch arrays just before it is
+    coded."""
+    height, width = plane.shape
+    pos = 0
+    for top in range(0, height, COMPACT_BAND_ROWS):
+        for tile, x0 in enumerate(range(0, width, tile_width)):
+            count = min(tile_width, width - x0)
+            for y in range(top, min(top + COMPACT_BAND_ROWS, height)):
+                g = y // TABLE_GROUP_ROWS
+                row_symbols(
+                    plane,
+                    y,
+                    x0,
+                    count,
+                    bits,
+                    bias,
+                    biased,
+                    ANS_CONTEXT_OF_ACTIVITY,
+                    tokens,
+                    raw_bits,
+                    raw_values,
+                    contexts,
+                    bias,
+                    bias,
+                    False,
+                )
+                start = encode_row_stream(
+                    tokens,
+                    raw_bits,
+                    raw_values,
+                    contexts,
+                    0,
+                    count,
+                    freq[g],
+                    cum[g],
+                    precision,
+                    scratch,
+                    scratch.shape[0],
+                )
+                length = scratch.shape[0] - start
+                if start < 0 or pos + length > out.shape[0]:
+                    return -1
+                out[pos : pos + length] = scratch[start:]
+                row_lengths[y, tile] = length
+                pos += length
+    return pos
+
+
+def _table_cost_bits(counts, freq, precision):
+    used = counts > 0
+    return float(np.sum(counts[used] * (precision - np.log2(freq[used]))))
+
+
+def encode_plane(
+    plane: np.ndarray, tile_width: int = 512, precision: int = 11, bias: str = "choose"
+) -> CodedPlane:
+    """Code one plane (uint8 or uint16, already colour-transformed) with compact v2's coder. bias: "choose"
+    (the cheaper of with and without, by the tables' cost), "on" or "off"."""
+    if plane.ndim != 2 or plane.dtype not in (np.uint8, np.uint16) or plane.size == 0:
+        raise L3Error(f"a plane is a non-empty 2-D uint8 or uint16 array, got {plane.dtype} {plane.shape}")
+    if not ans.ANS_MIN_PRECISION <= precision <= ans.ANS_MAX_PRECISION:
+        raise L3Error(f"precision must be {ans.ANS_MIN_PRECISION}..{ans.ANS_MAX_PRECISION}, got {precision}")
+    if tile_width < 1:
+        raise L3Error(f"tile width must be positive, got {tile_width}")
+    if bias not in ("choose", "on", "off"):
+        raise L3Error(f"bias must be 'choose', 'on' or 'off', got {bias!r}")
+    plane = np.ascontiguousarray(plane)
+    height, width = plane.shape
+    bits = plane.dtype.itemsize * 8
+    groups = (height + TABLE_GROUP_ROWS - 1) // TABLE_GROUP_ROWS
+    row = [np.zeros(tile_width, dtype) for dtype in (np.uint8, np.uint8, np.int32, np.uint8)]
+    sums = np.zeros(GRADIENT_CONTEXTS, np.int64)
+    counts_per_gradient = np.zeros(GRADIENT_CONTEXTS, np.int64)
+    bias_table = np.zeros(GRADIENT_CONTEXTS, np.int64)
+    best = None
+    # unbiased first: its pass also sums the residuals the bias table is made of
+    for biased in {"choose": (False, True), "on": (False, True), "off": (False,)}[bias]:
+        counts = np.zeros((groups, ANS_CONTEXTS, MAX_TOKENS), np.int64)
+        _histograms(
+            plane,
+            tile_width,
+            bits,
+            bias_table,
+            biased,
+            counts,
+            *row,
+            sums,
+            counts_per_gradient,
+            not biased and bias != "off",
+        )
+        if not biased:
+            bias_table = np.floor(sums / np.maximum(counts_per_gradient, 1) + 0.5).astype(np.int64)
+            if bias == "on":
+                continue
+        freq = np.zeros_like(counts)
+        cum = np.zeros_like(counts)
+        alphabets = np.zeros((groups, ANS_CONTEXTS), np.int64)
+        table_out = np.zeros(groups * ANS_CONTEXTS * (1 + MAX_TOKENS * 2) + 16, np.uint8)
+        ends = _tables(counts, precision, freq, cum, alphabets, table_out)
+        cost = _table_cost_bits(counts, freq, precision) / 8 + ends[-1] + (GRADIENT_CONTEXTS if biased else 0)
+        if best is None or cost < best[0]:
+            best = (cost, biased, freq, cum, bytes(table_out[: ends[-1]]), ends)
+    _, biased, freq, cum, tables, ends = best
+    # a sample costs at most 12 token bits and 14 raw bits, so 4 bytes a sample bound any row stream
+    scratch = np.zeros(4 * tile_width + 16, np.uint8)
+    out = np.zeros(plane.size * 4 + 16 * height * ((width + tile_width - 1) // tile_width), np.uint8)
+    row_lengths = np.zeros((height, (width + tile_width - 1) // tile_width), np.int64)
+    written = _encode_rows(
+        plane, tile_width, bits, bias_table, biased, freq, cum, precision, *row, scratch, out, row_lengths
+    )
+    if written < 0:
+        raise RuntimeError("compact v2 row stream outgrew its scratch")  # a bug: the bound above holds
+    return CodedPlane(
+        height,
+        width,
+        bits,
+        tile_width,
+        precision,
+        biased,
+        bias_table if biased else np.zeros(GRADIENT_CONTEXTS, np.int64),
+        tables,
+        ends,
+        bytes(out[:written]),
+        row_lengths,
+    )
+
+
+# ---------------------------------------------------------------- decoder
+
+
+@_decoder
+def _read_group_tables(buf, table_ends, bits, precision, freq, alphabets, slots):
+    """Read and check every group's tables into slot tables; returns a status."""
+    start = 0
+    for g in range(table_ends.shape[0]):
+        status, _ = read_tables(buf, start * 8, table_ends[g] * 8, bits, precision, freq[g], alphabets[g])
+        if status != ANS_OK:
+            return status
+        status = build_slot_table(freq[g], alphabets[g], precision, bits, slots[g])
+        if status != ANS_OK:
+            return status
+        start = table_ends[g]
+    return ANS_OK
+
+
+@_decoder
+def _decode_rows(streams, row_lengths, tile_width, bits, slots, precision, bias, biased, plane):
+    """Decode every row stream in the order _encode_rows wrote them, two rows of a band at a time
+    (ans.decode_row_pair); returns the first bad status, the one row-by-row decoding finds."""
+    height, width = plane.shape
+    pos = 0
+    for top in range(0, height, COMPACT_BAND_ROWS):
+        bottom = min(top + COMPACT_BAND_ROWS, height)
+        for tile, x0 in enumerate(range(0, width, tile_width)):
+            count = min(tile_width, width - x0)
+            for y in range(top, bottom, 2):
+                slots_y = slots[y // TABLE_GROUP_ROWS]
+                middle = pos + row_lengths[y, tile]
+                if y + 1 < bottom:
+                    end = middle + row_lengths[y + 1, tile]
+                    status = decode_row_pair(
+                        streams,
+                        pos,
+                        middle,
+                        end,
+                        plane,
+                        y,
+                        x0,
+                        count,
+                        bits,
+                        slots_y,
+                        precision,
+                        bias,
+                        biased,
+                        ANS_CONTEXT_OF_ACTIVITY,
+                    )
+                else:
+                    end = middle
+                    status = decode_row(
+                        streams,
+                        pos,
+                        end,
+                        plane,
+                        y,
+                        x0,
+                        count,
+                        bits,
+                        slots_y,
+                        precision,
+                        bias,
+                        biased,
+                        ANS_CONTEXT_OF_ACTIVITY,
+                    )
+                if status != ANS_OK:
+                    return status
+                pos = end
+    return ANS_OK if pos == streams.shape[0] else ans.ANS_ENDS_LATE
+
+
+def decode_status(coded: CodedPlane) -> tuple[np.ndarray, int]:
+    """(plane, status): the decoded plane and ans.ANS_OK, or the first damage found (the plane then holds
+    what was decoded before it)."""
+    dtype = np.uint8 if coded.bits == 8 else np.uint16
+    plane = np.zeros((coded.height, coded.width), dtype)
+    groups = len(coded.table_ends)
+    freq = np.zeros((groups, ANS_CONTEXTS, MAX_TOKENS), np.int64)
+    alphabets = np.zeros((groups, ANS_CONTEXTS), np.int64)
+    slots = np.zeros((groups, ANS_CONTEXTS, 1 << coded.precision), np.int32)
+    table_bytes = np.frombuffer(coded.tables, np.uint8)
+    status = _read_group_tables(
+        table_bytes,
+        np.asarray(coded.table_ends, np.int64),
+        coded.bits,
+        coded.precision,
+        freq,
+        alphabets,
+        slots,
+    )
+    if status != ANS_OK:
+        return plane, status
+    status = _decode_rows(
+        np.frombuffer(coded.streams, np.uint8),
+        coded.row_lengths,
+        coded.tile_width,
+        coded.bits,
+        slots,
+        coded.precision,
+        np.asarray(coded.bias, np.int64),
+        coded.biased,
+        plane,
+    )
+    return plane, status
+
+
+def decode_plane(coded: CodedPlane) -> np.ndarray:
+    """The plane, or L3Error naming the damage."""
+    plane, status = decode_status(coded)
+    if status != ANS_OK:
+        raise L3Error(f"compact v2 plane: {ANS_MESSAGES[status]}")
+    return plane
