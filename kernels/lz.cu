@@ -21,7 +21,6 @@ namespace l3 {
 enum : int {
     LZ_MIN_MATCH = 4,     // lz4block.MIN_MATCH
     LZ_WARPS_PER_BLOCK = 4,
-    LZ_COPY_BYTES = 8,  // a lane's chunk of a copy: one aligned 64-bit store (lz_copy_warp)
 };
 enum : int {  // huffman.py
     LZ_TABLES = 4,
@@ -194,6 +193,8 @@ L3_DEVICE LzLength lz_coded_length(const unsigned char* data, long long bit, lon
     return {length, bit};
 }
 
+enum : int { LZ_COPY_BYTES = 8 };  // a lane's chunk of a copy (lz_copy_warp): one aligned 64-bit store
+
 // out[j] = from[j % period] for j < length: a warp's copy of a sequence's literals (period = length)
 // or of its match (from: `offset` bytes before out, period = offset; where the match overlaps its own
 // output, byte j repeats byte j mod offset before it, so every source byte precedes the copy and no
@@ -201,16 +202,22 @@ L3_DEVICE LzLength lz_coded_length(const unsigned char* data, long long bit, lon
 // (the first and last partial); lane i copies chunks i, i + 32 ... Its loads of a chunk issue
 // together, then one aligned word store, so a round trip to global memory moves 256 bytes a warp,
 // not 32: those round trips are the latency chain of a label map's long LZ streams. A whole chunk
-// whose source is aligned too (an offset a multiple of 8: a row above) loads one word.
+// whose source is aligned too (an offset a multiple of 8: a row above) loads one word. A copy of at
+// most 32 bytes is a byte a lane: one round as well, in fewer instructions (a photograph's LZ planes
+// are mostly short matches).
 L3_DEVICE void lz_copy_warp(unsigned char* out, const unsigned char* from, int length, int period, int lane) {
-    const int skew = (int)(reinterpret_cast<unsigned long long>(out) & (LZ_COPY_BYTES - 1));
     const bool wraps = period < length;
+    if (length <= 32) {  // one round either way, and a byte a lane takes the fewest instructions
+        if (lane < length) out[lane] = from[wraps ? lane % period : lane];
+        return;
+    }
+    const int skew = (int)(reinterpret_cast<unsigned long long>(out) & (LZ_COPY_BYTES - 1));
     const unsigned long long apart =
         reinterpret_cast<unsigned long long>(from) - reinterpret_cast<unsigned long long>(out);
     // a whole chunk's source is a word too, where it does not wrap
     const bool word_source =
         (apart & (LZ_COPY_BYTES - 1)) == 0 && (!wraps || (period & (LZ_COPY_BYTES - 1)) == 0);
-    const int chunks = length > 0 ? (skew + length + LZ_COPY_BYTES - 1) / LZ_COPY_BYTES : 0;
+    const int chunks = (skew + length + LZ_COPY_BYTES - 1) / LZ_COPY_BYTES;
 #pragma unroll 1
     for (int c = lane; c < chunks; c += 32) {
         const int first = c * LZ_COPY_BYTES - skew;  // the chunk's first byte, before out for chunk 0
@@ -221,7 +228,7 @@ L3_DEVICE void lz_copy_warp(unsigned char* out, const unsigned char* from, int l
         if (whole && word_source && r + LZ_COPY_BYTES <= period) {
             word = *reinterpret_cast<const unsigned long long*>(from + r);
         } else {
-#pragma unroll
+L3_UNROLL
             for (int i = 0; i < LZ_COPY_BYTES; ++i) {
                 if (first + i >= low && first + i < high) {
                     word |= (unsigned long long)from[r] << (8 * i);
@@ -232,7 +239,7 @@ L3_DEVICE void lz_copy_warp(unsigned char* out, const unsigned char* from, int l
         if (whole) {
             *reinterpret_cast<unsigned long long*>(out + first) = word;
         } else {
-#pragma unroll
+L3_UNROLL
             for (int i = 0; i < LZ_COPY_BYTES; ++i)
                 if (first + i >= low && first + i < high) out[first + i] = (unsigned char)(word >> (8 * i));
         }

@@ -1,6 +1,7 @@
 """kernels/lz.cu's warp copy (lz_copy_warp) under the emulator, against the CPU decoder (l3codec/lz.py):
-hand-made LZ4 blocks whose literals and matches reach each of its paths (a whole 8-byte chunk loaded as
-one word, a whole chunk gathered byte by byte, a partial first or last chunk), overlapping matches of
+hand-made LZ4 blocks whose literals and matches reach each of its paths (a copy of at most 32 bytes, a
+byte a lane; longer: a whole 8-byte chunk loaded as one word, a whole chunk gathered byte by byte, a
+partial first or last chunk), overlapping matches of
 every distance below a chunk and a warp's round, matches that end at the output's end, the longest
 match a tile allows, and damaged blocks, whose statuses must be the CPU decoder's."""
 
