@@ -202,9 +202,10 @@ enum : int { LZ_COPY_BYTES = 8 };  // a lane's chunk of a copy (lz_copy_warp): o
 // (the first and last partial); lane i copies chunks i, i + 32 ... Its loads of a chunk issue
 // together, then one aligned word store, so a round trip to global memory moves 256 bytes a warp,
 // not 32: those round trips are the latency chain of a label map's long LZ streams. A whole chunk
-// whose source is aligned too (an offset a multiple of 8: a row above) loads one word. A copy of at
-// most 32 bytes is a byte a lane: one round as well, in fewer instructions (a photograph's LZ planes
-// are mostly short matches).
+// whose source does not wrap loads one or two aligned words (two: shifted together), a run's chunk
+// (offset 1) repeats its byte; the first and last chunks, and those whose source wraps, gather byte
+// by byte. A copy of at most 32 bytes is a byte a lane: one round as well, in fewer instructions (a
+// photograph's LZ planes are mostly short matches).
 L3_DEVICE void lz_copy_warp(unsigned char* out, const unsigned char* from, int length, int period, int lane) {
     const bool wraps = period < length;
     if (length <= 32) {  // one round either way, and a byte a lane takes the fewest instructions
@@ -212,27 +213,33 @@ L3_DEVICE void lz_copy_warp(unsigned char* out, const unsigned char* from, int l
         return;
     }
     const int skew = (int)(reinterpret_cast<unsigned long long>(out) & (LZ_COPY_BYTES - 1));
-    const unsigned long long apart =
-        reinterpret_cast<unsigned long long>(from) - reinterpret_cast<unsigned long long>(out);
-    // a whole chunk's source is a word too, where it does not wrap
-    const bool word_source =
-        (apart & (LZ_COPY_BYTES - 1)) == 0 && (!wraps || (period & (LZ_COPY_BYTES - 1)) == 0);
     const int chunks = (skew + length + LZ_COPY_BYTES - 1) / LZ_COPY_BYTES;
 #pragma unroll 1
     for (int c = lane; c < chunks; c += 32) {
         const int first = c * LZ_COPY_BYTES - skew;  // the chunk's first byte, before out for chunk 0
         const int low = max_of(first, 0), high = min_of(first + LZ_COPY_BYTES, length);
         const bool whole = high - low == LZ_COPY_BYTES;
-        int r = wraps ? low % period : low;  // from[r] is byte `low`'s source
-        unsigned long long word = 0;         // byte i: out[first + i]
-        if (whole && word_source && r + LZ_COPY_BYTES <= period) {
-            word = *reinterpret_cast<const unsigned long long*>(from + r);
+        unsigned long long word;  // byte i: out[first + i]
+        if (period == 1) {        // a run of the byte before the copy: no division, no gather
+            word = 0x0101010101010101ull * from[0];
         } else {
+            int r = wraps ? low % period : low;  // from[r] is byte `low`'s source
+            if (whole && r + LZ_COPY_BYTES <= period) {
+                // the chunk's 8 source bytes in one or two aligned words. A second word reads up to 7
+                // bytes past them: output this round may be writing (discarded), never past the buffer
+                const unsigned char* const at = from + r;
+                const int shift = (int)(reinterpret_cast<unsigned long long>(at) & (LZ_COPY_BYTES - 1));
+                const auto* const words = reinterpret_cast<const unsigned long long*>(at - shift);
+                word = words[0];
+                if (shift) word = word >> (8 * shift) | words[1] << (64 - 8 * shift);
+            } else {
+                word = 0;
 L3_UNROLL
-            for (int i = 0; i < LZ_COPY_BYTES; ++i) {
-                if (first + i >= low && first + i < high) {
-                    word |= (unsigned long long)from[r] << (8 * i);
-                    r = r + 1 == period ? 0 : r + 1;
+                for (int i = 0; i < LZ_COPY_BYTES; ++i) {
+                    if (first + i >= low && first + i < high) {
+                        word |= (unsigned long long)from[r] << (8 * i);
+                        r = r + 1 == period ? 0 : r + 1;
+                    }
                 }
             }
         }
