@@ -547,7 +547,7 @@ def sass_per_sample_report(frames: list, sass_lines: dict, out) -> dict:
 # H100 SXM: 132 SMs at a 1.755 GHz sustained clock, 4 partitions (schedulers) per SM, each issuing at most
 # one warp-instruction a cycle. Pipes (sm_90): IMAD and the integer ALU (IADD3, LOP3, ISETP, SHF, SEL ...)
 # are 16 lanes per partition, so a warp-instruction holds either for two cycles; the kernels' static SASS
-# is 25-27% IMAD and 44-48% integer ALU (sass_report's mix), so the ALU pipe alone caps a partition at
+# is 24-27% IMAD and 44-47% integer ALU (sass_report's mix), so the ALU pipe alone caps a partition at
 # about one warp-instruction a cycle: the pipes allow 4 per SM (pipe_ceiling), no more. Sustained issue is
 # ASSUMED to be 1.5-2.3 per SM, 38-58% of that ceiling: the bit readers' dependent loads and shuffles
 # stall warps, and too few warps hide them at small batches. Not measured: ncu on a GPU says.
