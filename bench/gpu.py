@@ -382,7 +382,7 @@ def sass_report(out) -> dict:
           "instantiations) are in the kernel: the code's size, not instructions run per sample.\n", file=out)
     print("| kernel | source function | SASS instructions | share |", file=out)
     print("|---|---|---|---|", file=out)
-    by_line = {}
+    by_line, mixes = {}, {}
     for filename in cuda_c.SOURCES:
         text = disassemble_sass(filename, nvdisasm)
         for kernel, chain in sass_instructions(text, converged=True):
@@ -394,6 +394,15 @@ def sass_report(out) -> dict:
             print(f"| {kernel} | all | {total} | 100% |", file=out)
             for (source, function), n in sorted(by_function.items(), key=lambda item: -item[1]):
                 print(f"| {kernel} | {source}: {function} | {n} | {n / total:.1%} |", file=out)
+        mixes[filename] = sass_mix(text)
+    print("\nStatic mix by pipe (16 lanes per partition on sm_90: a warp-instruction every other cycle) "
+          "and the issue per cycle per SM those pipes allow:\n", file=out)
+    shares = " | ".join(f"{pipe} share" for pipe in PIPE_LANES)
+    print(f"| source | {shares} | pipe ceiling per SM |", file=out)
+    print("|---|" + "---|" * (len(PIPE_LANES) + 1), file=out)
+    for filename, mix in mixes.items():
+        print(f"| {filename} | " + " | ".join(f"{share:.0%}" for share in mix.values())
+              + f" | {pipe_ceiling(mix):.1f} |", file=out)
     return by_line
 
 
@@ -472,16 +481,17 @@ def host_blocks(library_path: str) -> dict:
     return keys, {mode: {key: len(c) for key, c in by_key.items()} for mode, by_key in copies.items()}
 
 
-def sass_per_sample_report(frames: list, sass_lines: dict, out) -> None:
+def sass_per_sample_report(frames: list, sass_lines: dict, out) -> dict:
     """ESTIMATED warp-instructions per sample: the sm_90 SASS of each source line (per inlined copy),
-    times how often warps ran that line while the coverage build decoded the frames."""
+    times how often warps ran that line while the coverage build decoded the frames. Returns {mode:
+    warp-instructions per sample with the LZ expansion}, empty where it cannot price them."""
     try:
         from l3codec.kernels.emulation import WarpCoverage
     except Exception as error:  # noqa: BLE001 - no g++ or no emulation: say why
         print(f"\n(no SASS per sample: {error})", file=out)
-        return
+        return {}
     if not sass_lines:
-        return
+        return {}
     print("\n## SASS warp-instructions per sample, weighted by the emulated paths (ESTIMATE)\n", file=out)
     print("How it is computed: the host emulation's coverage build (g++ -fsanitize-coverage=trace-pc) counts "
           "how often each basic block runs as a warp while it decodes the frames: the k-th run by the lanes "
@@ -531,15 +541,46 @@ def sass_per_sample_report(frames: list, sass_lines: dict, out) -> None:
               f"{expansion:.2f} | {unmatched / max(sum(sass.values()), 1):.0%} | {described} |", file=out)
         per_sample[mode] = sum(cost.values()) / samples + expansion
     throughput_estimate(per_sample, out)
+    return per_sample
 
 
-# H100 SXM: 132 SMs at a 1.755 GHz sustained clock. Each SM has four schedulers that issue one
-# warp-instruction per cycle at best; the integer multiply-add and compare pipes these kernels
-# lean on are 16 lanes per scheduler, so a warp-instruction of them takes two cycles. Hence a
-# range of 2 to 4 warp-instructions per cycle per SM, not 4 alone.
-# Sustained issue per SM: the kernels' static SASS is ~27% IMAD and ~half integer ALU, and on sm_90 both
-# pipes are 16 lanes per partition (a warp-instruction every other cycle each), so 1.5-2.3, not 2-4.
-H100_SMS, H100_CLOCK_HZ, ISSUE_PER_CYCLE = 132, 1.755e9, (1.5, 2.3)
+# H100 SXM: 132 SMs at a 1.755 GHz sustained clock, 4 partitions (schedulers) per SM, each issuing at most
+# one warp-instruction a cycle. Pipes (sm_90): IMAD and the integer ALU (IADD3, LOP3, ISETP, SHF, SEL ...)
+# are 16 lanes per partition, so a warp-instruction holds either for two cycles; the kernels' static SASS
+# is 24-27% IMAD and 44-47% integer ALU (sass_report's mix), so the ALU pipe alone caps a partition at
+# about one warp-instruction a cycle: the pipes allow 4 per SM (pipe_ceiling), no more. Sustained issue is
+# ASSUMED to be 1.5-2.3 per SM, 38-58% of that ceiling: the bit readers' dependent loads and shuffles
+# stall warps, and too few warps hide them at small batches. Not measured: ncu on a GPU says.
+H100_SMS, H100_CLOCK_HZ, PARTITIONS, ISSUE_PER_CYCLE = 132, 1.755e9, 4, (1.5, 2.3)
+PIPE_LANES = {"IMAD": 16, "integer ALU": 16}  # per partition, sm_90; a warp is 32 lanes
+_ALU_OPS = ("IADD3", "LOP3", "ISETP", "SHF", "SEL", "LEA", "PRMT", "IABS", "FLO", "POPC", "BREV", "VIADD",
+            "IMNMX", "VIMNMX", "PLOP3", "P2R", "R2P", "SGXT", "BMSK", "MOV")
+
+
+def sass_mix(text: str) -> dict:
+    """{pipe: share of the SASS instructions} of `nvdisasm` text, for the pipes of PIPE_LANES."""
+    counts = {pipe: 0 for pipe in PIPE_LANES}
+    total = 0
+    for line in text.splitlines():
+        match = _SASS_INSTRUCTION.match(line)
+        if not match:
+            continue
+        instruction = match.group(1)
+        opcode = instruction.split()[1 if instruction.startswith("@") else 0].split(".")[0]
+        if opcode == "NOP":
+            continue
+        total += 1
+        if opcode == "IMAD":
+            counts["IMAD"] += 1
+        elif opcode in _ALU_OPS:
+            counts["integer ALU"] += 1
+    return {pipe: n / max(total, 1) for pipe, n in counts.items()}
+
+
+def pipe_ceiling(mix: dict) -> float:
+    """Warp-instructions per cycle per SM the pipes allow for an instruction mix (every other limit aside)."""
+    per_partition = min([1.0] + [PIPE_LANES[pipe] / WARP / share for pipe, share in mix.items() if share > 0])
+    return PARTITIONS * per_partition
 
 
 def throughput_estimate(per_sample: dict, out) -> None:
@@ -547,18 +588,79 @@ def throughput_estimate(per_sample: dict, out) -> None:
     range of instructions per cycle; 8-bit samples (one byte each), issue-bound, memory and latency free."""
     print("\n## Decoded output on one H100 implied by those counts (ESTIMATE)\n", file=out)
     print(f"Assumed: {H100_SMS} SMs at {H100_CLOCK_HZ / 1e9:.3f} GHz, {ISSUE_PER_CYCLE[0]:g} to "
-          f"{ISSUE_PER_CYCLE[1]:g} warp-instructions issued per cycle per SM (4 schedulers; the integer "
-          "ALU and IMAD pipes, about 27% IMAD and half integer-ALU ops in these kernels, are 16 lanes per partition on sm_90, "
-          "so each issues a warp-instruction every other cycle); GB/s = SMs x clock x issue rate / "
-          "warp-instructions per sample (the decode's and the LZ expansion's), one byte per sample. Issue-bound "
-          "only: memory latency, occupancy and launch gaps lower it further, and an LZ stream's expansion by "
-          "one warp is a serial chain (latency-bound where a coded stream is long).\n", file=out)
+          f"{ISSUE_PER_CYCLE[1]:g} warp-instructions issued per cycle per SM sustained: IMAD and the integer "
+          "ALU are 16 lanes per partition on sm_90 (a warp-instruction every other cycle each), and with the "
+          "static mix above they allow about 4 (the pipe ceiling); the range assumes 38-58% of it, for "
+          "the dependent stalls of the bit readers. GB/s = SMs x clock x issue rate / warp-instructions per "
+          "sample (the decode's and the LZ expansion's), one byte per sample. Issue-bound only: the "
+          "latency floors below add to it.\n", file=out)
     print(f"| mode | warp-instructions per sample, with LZ expansion | GB/s at {ISSUE_PER_CYCLE[0]:g} per cycle "
           f"| GB/s at {ISSUE_PER_CYCLE[1]:g} per cycle |", file=out)
     print("|---|---|---|---|", file=out)
     for mode, count in per_sample.items():
         low, high = (H100_SMS * H100_CLOCK_HZ * rate / count / 1e9 for rate in ISSUE_PER_CYCLE)
         print(f"| {mode} | {count:.2f} | {low:.0f} | {high:.0f} |", file=out)
+
+
+BATCHES = (1, 4, 16)  # frames per batch in floors_report's expected range
+
+
+def floors_report(frames: list, per_sample: dict, out) -> None:
+    """The dependent-latency floors of a batch of the frames (bench/latency_floors.py: the LZ chain, a
+    compact band's steps, the per-batch costs) and, where the warp-instructions per sample are known,
+    the range of decoded GB/s they leave for batches of BATCHES frames: per-batch costs + the LZ chain
+    (the expansion runs before the decode) + the larger of the band floor and the issue-bound time."""
+    sys.path.insert(0, str(REPO / "bench"))
+    import latency_floors as floors
+
+    from l3codec import batch as l3batch
+
+    print("\n## Dependent-latency floors, and the range they leave (ESTIMATE)\n", file=out)
+    def pair(values, scale=1):
+        return f"{values[0] * scale:g}-{values[1] * scale:g}"
+
+    print(f"Assumed (H100, not measured): a copy round of the LZ expansion {pair(floors.ROUND_TRIP_CYCLES)} "
+          "cycles (a dependent load of output written before: an L2 hit to DRAM), a read of the stream "
+          f"itself {pair(floors.STREAM_READ_CYCLES)} (sequential: mostly L1 hits), a coded symbol "
+          f"{pair(floors.SYMBOL_CYCLES)}, a compact wavefront step {pair(floors.BAND_STEP_CYCLES)}; per "
+          f"batch {pair(floors.LAUNCH_SECONDS, 1e6)} us a launch, the files copied in at "
+          f"{pair(floors.COPY_BYTES_PER_SECOND[::-1], 1e-9)} GB/s, "
+          f"{pair(floors.STATUS_READ_SECONDS, 1e6)} us for the status read back. The LZ chain is the batch's "
+          f"longest stream (a warp each, all at once), with the copy at {floors.LANE_BYTES} bytes a lane "
+          "(lz_copy_warp) and, for comparison, at 1 (the copy before it). The issue-bound time assumes the "
+          "batch fills the SMs.\n", file=out)
+    print("| mode | frames per batch | per-batch costs ms | LZ chain ms (1-byte copy) | band floor ms "
+          "| issue-bound ms | decoded GB/s | GB/s with the 1-byte copy |", file=out)
+    print("|---|---|---|---|---|---|---|---|", file=out)
+
+    def span(low_high, scale=1e3):
+        return f"{low_high[0] * scale:.2f}-{low_high[1] * scale:.2f}"
+
+    for mode in ("compact", "fast"):
+        files = [l3codec.encode(frame, mode=mode) for frame in frames]
+        chains = [max(floors.batch_lz_chains([data]) or [floors.LzChain()], key=lambda c: c.seconds()[1])
+                  for data in files]
+        band = max((floors.band_floor_seconds(l3codec.info(data)) for data in files), key=lambda b: b[1])
+        for count in BATCHES:
+            batch = [files[i % len(files)] for i in range(count)]
+            prepared = l3batch.prepare(batch)
+            launches = len(prepared.launches) + (prepared.lz is not None)
+            fixed = floors.fixed_seconds(batch, launches)
+            chain = max(chains[: min(count, len(files))], key=lambda c: c.seconds()[1])
+            now, before = chain.seconds(), chain.seconds(before=True)
+            samples = sum(frames[i % len(frames)].size for i in range(count))
+            if mode in per_sample:
+                issue = tuple(samples * per_sample[mode] / (H100_SMS * H100_CLOCK_HZ * rate)
+                              for rate in ISSUE_PER_CYCLE[::-1])
+                rates = []
+                for lz in (now, before):
+                    seconds = [fixed[i] + lz[i] + max(band[i], issue[i]) for i in (0, 1)]
+                    rates.append(f"{samples / seconds[1] / 1e9:.0f}-{samples / seconds[0] / 1e9:.0f}")
+                issue_text = span(issue)
+            else:
+                issue_text, rates = "(not emulated)", ["", ""]
+            print(f"| {mode} | {count} | {span(fixed)} | {span(now)} ({span(before)}) | {span(band)} | "
+                  f"{issue_text} | {rates[0]} | {rates[1]} |", file=out)
 
 
 _WRITE_OUT = ("write_tile_sectors",)
@@ -706,8 +808,8 @@ def main() -> int:
             traffic_report(emulated, out)
         ptxas_report(out)
         sass_lines = sass_report(out)
-        if emulated:
-            sass_per_sample_report(emulated, sass_lines, out)
+        per_sample = sass_per_sample_report(emulated, sass_lines, out) if emulated else {}
+        floors_report(frames, per_sample, out)
     print(path.read_text())
     return 0
 

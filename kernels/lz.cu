@@ -9,13 +9,11 @@
 // the host found reports its own status (member_status: BAD_KIND or BAD_SIZE) where the block is sound.
 //
 // Every lane reads the same token and length bytes (branches stay warp-uniform); the lanes copy a
-// sequence's literals and its match 32 bytes at a time. A Huffman-coded block (kinds 8 and 9,
-// l3codec/huffman.py): lane 0 reads its code tables into the warp's shared LzCodes, the lanes build
-// lookup tables from them (codes of up to LZ_LOOKUP_BITS bits in one read; longer ones walk the
-// canonical code as huffman.decode_symbol does), then every lane decodes every symbol (the same bits,
-// so the same branches) and lane i writes literals i, i + 32 ... A match may overlap its own output: its
-// byte j repeats byte j mod offset of the `offset` bytes before it, which are all written before
-// the match starts, so no lane waits on another's byte of the same match.
+// sequence's literals and its match 8 bytes a lane, 256 a warp, at a time (lz_copy_warp). A
+// Huffman-coded block (kinds 8 and 9, l3codec/huffman.py): lane 0 reads its code tables into the
+// warp's shared LzCodes, the lanes build lookup tables from them (codes of up to LZ_LOOKUP_BITS bits
+// in one read; longer ones walk the canonical code as huffman.decode_symbol does), then every lane
+// decodes every symbol (the same bits, so the same branches) and lane i writes literals i, i + 32 ...
 #include "l3_common.cuh"
 
 namespace l3 {
@@ -182,6 +180,66 @@ L3_DEVICE LzLength lz_coded_length(const unsigned char* data, long long bit, lon
     return {length, bit};
 }
 
+enum : int { LZ_COPY_BYTES = 8 };  // a lane's chunk of a copy (lz_copy_warp): one aligned 64-bit store
+
+// out[j] = from[j % period] for j < length: a warp's copy of a sequence's literals (period = length)
+// or of its match (from: `offset` bytes before out, period = offset; where the match overlaps its own
+// output, byte j repeats byte j mod offset before it, so every source byte precedes the copy and no
+// lane waits on another's byte). The copy is cut into chunks of LZ_COPY_BYTES at aligned addresses
+// (the first and last partial); lane i copies chunks i, i + 32 ... Its loads of a chunk issue
+// together, then one aligned word store, so a round trip to global memory moves 256 bytes a warp,
+// not 32: those round trips are the latency chain of a label map's long LZ streams. A whole chunk
+// whose source does not wrap loads one or two aligned words (two: shifted together), a run's chunk
+// (offset 1) repeats its byte; the first and last chunks, and those whose source wraps, gather byte
+// by byte. A copy of at most 32 bytes is a byte a lane: one round as well, in fewer instructions (a
+// photograph's LZ planes are mostly short matches).
+L3_DEVICE void lz_copy_warp(unsigned char* out, const unsigned char* from, int length, int period, int lane) {
+    const bool wraps = period < length;
+    if (length <= 32) {  // one round either way, and a byte a lane takes the fewest instructions
+        if (lane < length) out[lane] = from[wraps ? lane % period : lane];
+        return;
+    }
+    const int skew = (int)(reinterpret_cast<unsigned long long>(out) & (LZ_COPY_BYTES - 1));
+    const int chunks = (skew + length + LZ_COPY_BYTES - 1) / LZ_COPY_BYTES;
+#pragma unroll 1
+    for (int c = lane; c < chunks; c += 32) {
+        const int first = c * LZ_COPY_BYTES - skew;  // the chunk's first byte, before out for chunk 0
+        const int low = max_of(first, 0), high = min_of(first + LZ_COPY_BYTES, length);
+        const bool whole = high - low == LZ_COPY_BYTES;
+        unsigned long long word;  // byte i: out[first + i]
+        if (period == 1) {        // a run of the byte before the copy: no division, no gather
+            word = 0x0101010101010101ull * from[0];
+        } else {
+            int r = wraps ? low % period : low;  // from[r] is byte `low`'s source
+            if (whole && r + LZ_COPY_BYTES <= period) {
+                // the chunk's 8 source bytes in one or two aligned words. A second word reads up to 7
+                // bytes past them: output this round may be writing (discarded), never past the buffer
+                const unsigned char* const at = from + r;
+                const int shift = (int)(reinterpret_cast<unsigned long long>(at) & (LZ_COPY_BYTES - 1));
+                const auto* const words = reinterpret_cast<const unsigned long long*>(at - shift);
+                word = words[0];
+                if (shift) word = word >> (8 * shift) | words[1] << (64 - 8 * shift);
+            } else {
+                word = 0;
+L3_UNROLL
+                for (int i = 0; i < LZ_COPY_BYTES; ++i) {
+                    if (first + i >= low && first + i < high) {
+                        word |= (unsigned long long)from[r] << (8 * i);
+                        r = r + 1 == period ? 0 : r + 1;
+                    }
+                }
+            }
+        }
+        if (whole) {
+            *reinterpret_cast<unsigned long long*>(out + first) = word;
+        } else {
+L3_UNROLL
+            for (int i = 0; i < LZ_COPY_BYTES; ++i)
+                if (first + i >= low && first + i < high) out[first + i] = (unsigned char)(word >> (8 * i));
+        }
+    }
+}
+
 // lz.expand_lz (codes null) or huffman.expand_coded_lz (codes: the warp's) on a warp: the block
 // data[pos:end] into raw[0:size]; STATUS_OK or STATUS_CORRUPT. One function, so that the match copy
 // and its __syncwarp have one call site; few values live across that call (an output pointer and
@@ -224,7 +282,7 @@ L3_DEVICE int expand_lz_warp(const unsigned char* data, long long pos, long long
             }
         } else {
             if (literals > end - at) return STATUS_CORRUPT;
-            for (int i = lane; i < (int)literals; i += 32) out[i] = data[at + i];  // int: no spills
+            lz_copy_warp(out, data + at, (int)literals, (int)literals, lane);  // int: no spills
             at += literals;
         }
         out += literals;
@@ -249,14 +307,7 @@ L3_DEVICE int expand_lz_warp(const unsigned char* data, long long pos, long long
         at = copy.pos;
         if (at < 0 || offset == 0 || (int)offset > produced || match > remaining) return STATUS_CORRUPT;
         __syncwarp();  // every lane's bytes so far, before any lane reads them
-        // a match is one or two rounds of the warp, mostly: not unrolled
-        if ((int)offset >= (int)match) {  // no overlap (a row above, say): no division
-#pragma unroll 1
-            for (int j = lane; j < (int)match; j += 32) out[j] = out[j - (long long)offset];
-        } else {
-#pragma unroll 1
-            for (int j = lane; j < (int)match; j += 32) out[j] = out[(long long)((unsigned)j % offset) - offset];
-        }
+        lz_copy_warp(out, out - offset, (int)match, (int)offset, lane);
         out += match;
         remaining -= match;
         produced += (int)match;

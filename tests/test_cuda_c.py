@@ -672,6 +672,16 @@ class _FakeCupy:
             ), lib.l3emu_last_error()
 
     class cuda:  # mirrors the cupy.cuda namespace
+        class Stream:  # the emulator runs each launch to its end: nothing to wait for
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                return False
+
+            def synchronize(self):
+                pass
+
         class Device:
             id = 0
             compute_capability = "90"
@@ -685,6 +695,8 @@ class _FakeCupy:
 
             def __exit__(self, *exc):
                 return False
+
+    uint8, int32 = np.uint8, np.int32
 
     @staticmethod
     def asarray(array):
@@ -840,9 +852,9 @@ def _cupy_with_gpu():
     return cupy
 
 
-@pytest.mark.cuda
-def test_real_gpu_matches_cpu():
-    cupy = _cupy_with_gpu()
+def _real_gpu_batch():
+    """test_real_gpu_matches_cpu's files and regions: both modes and sample sizes; the labels items 1, 5
+    and 13 have LZ planes, and the last needs more than 48 KiB of shared memory (the opt-in path)."""
     files, regions = [], []
     for i, (mode, dtype, channels) in enumerate(
         [("compact", np.uint8, 3), ("compact", np.uint16, 1), ("fast", np.uint8, 4), ("fast", np.uint16, 2)]
@@ -851,32 +863,73 @@ def test_real_gpu_matches_cpu():
             image = make_image(kind, 150 + i, 300 - i, channels, dtype, i)
             files.append(l3codec.encode(image, mode=mode))
             regions.append(None if kind != "labels" else (7, 9, 100, 200))
-    # 4096-wide fast tiles of 4 16-bit channels need more than 48 KiB of shared memory: the opt-in path
     files.append(
         l3codec.encode(make_image("smooth_noise", 40, 4200, 4, np.uint16, 9), mode="fast", tile_width=4096)
     )
     regions.append((5, 4000, 30, 200))
-    batch = l3batch.prepare(files, regions)
-    assert batch.lz.scratch_size  # the labels items have LZ planes: the expansion runs first
-    padded, scratch = emulation.with_scratch(batch)
-    host_starts, host_ends, host_expansions = l3batch.expanded_tables(batch, scratch)
+    return files, regions
+
+
+def _decode_with_launches(cupy, batch, *, expand_lz=True):
+    """test_real_gpu_matches_cpu's launch sequence, on real CuPy or _FakeCupy (the emulator): the LZ
+    expansion into the scratch area (with_scratch, expanded_tables, launch_expand), then each decode
+    launch on the same stream, its statuses folded into the expansion's as gpu.decode_batch does.
+    expand_lz=False: the decode launches alone on the packed batch's own tables (the sequence before
+    992f8a9, which a GPU would fail). Returns (each item's status code, the output bytes)."""
+    if expand_lz:
+        padded, scratch = emulation.with_scratch(batch)
+        host_starts, host_ends, host_expansions = l3batch.expanded_tables(batch, scratch)
+    else:
+        padded, host_starts, host_ends = batch.data, batch.stream_starts, batch.stream_ends
     data = cupy.asarray(padded)
     starts, ends = cupy.asarray(host_starts), cupy.asarray(host_ends)
-    expansions = cupy.asarray(np.ascontiguousarray(host_expansions).view(np.int64).reshape(len(host_expansions), -1))
     out = cupy.zeros(batch.out_size, cupy.uint8)
-    status = cupy.zeros(len(files), cupy.int32)
+    status = cupy.zeros(len(batch.infos), cupy.int32)
     stream = cupy.cuda.Stream()  # blocking: ordered after the allocations on the default stream
-    cuda_c.launch_expand(data, expansions, status, stream=stream)
-    stream.synchronize()
+    if expand_lz:
+        rows = np.ascontiguousarray(host_expansions).view(np.int64).reshape(len(host_expansions), -1)
+        cuda_c.launch_expand(data, cupy.asarray(rows), status, stream=stream)
+        stream.synchronize()
     statuses = status.get()
     for launch in batch.launches:
         launch_status = cupy.zeros(len(launch.items), cupy.int32)
         cuda_c.launch(launch, data, starts, ends, out, launch_status, stream=stream)
         stream.synchronize()
         statuses[launch.item_index] = np.maximum(statuses[launch.item_index], launch_status.get())
-    assert l3batch.status_codes(statuses).tolist() == [0] * len(files)
-    for got, data_, region in zip(l3batch.split_output(batch, out.get()), files, regions):
+    return l3batch.status_codes(statuses), out.get()
+
+
+def _assert_launches_match_cpu(cupy):
+    files, regions = _real_gpu_batch()
+    batch = l3batch.prepare(files, regions)
+    assert batch.lz.scratch_size  # the labels items have LZ planes: the expansion runs first
+    statuses, out = _decode_with_launches(cupy, batch)
+    assert statuses.tolist() == [0] * len(files)
+    for got, data_, region in zip(l3batch.split_output(batch, out), files, regions):
         np.testing.assert_array_equal(got, l3codec.decode(data_, region=region))
+    return files, batch
+
+
+@pytest.mark.cuda
+def test_real_gpu_matches_cpu():
+    _assert_launches_match_cpu(_cupy_with_gpu())
+
+
+@pytest.mark.emulator
+def test_the_real_gpu_tests_launches_replayed_under_the_emulator(monkeypatch):
+    """test_real_gpu_matches_cpu's own launch sequence (_decode_with_launches) with _FakeCupy, whose
+    kernels run on the emulator: every status 0 and the CPU decoder's pixels. The sequence without the
+    LZ expansion fails the replay as it would fail a GPU: the three LZ items report BAD_KIND (their
+    decode kernels meet an LZ kind), so the replay can tell a wrong sequence."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "cupy", _FakeCupy)
+    monkeypatch.setattr(cuda_c, "_modules", {})
+    files, batch = _assert_launches_match_cpu(_FakeCupy)
+    lz_items = sorted({int(item) for item in batch.lz.records["status_index"]})
+    assert lz_items == [1, 5, 13]
+    statuses, _ = _decode_with_launches(_FakeCupy, batch, expand_lz=False)
+    assert statuses.tolist() == [fmt.STATUS_BAD_KIND if i in lz_items else 0 for i in range(len(files))]
 
 
 def test_a_launch_the_emulator_refuses_raises():

@@ -50,3 +50,27 @@ def test_numba_staging_is_pinned_once_and_reused(monkeypatch):
     assert calls == [1000]
     assert np.shares_memory(first, gpu.numba_staging(1000))
     assert gpu.numba_staging(5000).size == 5000 and calls == [1000, 5000]  # grows when a batch is larger
+
+
+def test_emulate_frames_0_writes_the_report_without_emulating(tmp_path, monkeypatch):
+    # bench/gpu.py --emulate-frames 0: traffic_report divided by the emulated frames' compressed bytes,
+    # none (ZeroDivisionError); now neither emulated section runs. The compiler and disassembler
+    # sections are stubbed (seconds each, and not what this checks)
+    import sys
+
+    import cv2
+    import numpy as np
+
+    bench = load_bench()
+    folder = tmp_path / "frames"
+    folder.mkdir()
+    frame = (np.arange(24 * 40 * 3) % 251).astype(np.uint8).reshape(24, 40, 3)
+    assert cv2.imwrite(str(folder / "frame.png"), frame)
+    monkeypatch.setattr(bench, "gpu_present", lambda: False)
+    monkeypatch.setattr(bench, "ptxas_report", lambda out: print("ptxas stub", file=out))
+    monkeypatch.setattr(bench, "sass_report", lambda out: {})
+    monkeypatch.setattr(sys, "argv", ["gpu.py", str(folder), "--emulate-frames", "0", "--out", str(tmp_path)])
+    assert bench.main() == 0
+    report = (tmp_path / "gpu.md").read_text()
+    assert "## Estimate (no GPU here)" in report and "ptxas stub" in report
+    assert "Global memory traffic" not in report  # nothing emulated
