@@ -101,8 +101,8 @@ class _HashingFile:
 class ShardWriter:
     """Writes one whole shard under a temporary name; close() renames it and returns its record.
 
-    fields: names or l3codec.fields.Field objects. add() takes a sample's members (field -> L3 bytes, optional JSON bytes, class label) and the
-    facts of each image (from l3codec.info); the returned record holds one index row per sample.
+    fields: names or l3codec.fields.Field objects. add() takes a sample's members (field -> L3
+    bytes, optional JSON bytes, class label) and the facts of each image (from l3codec.info); the returned record holds one index row per sample.
     A shard that was never closed leaves only a ``.tmp`` file, which never counts as written.
     """
 

@@ -50,8 +50,8 @@ class Field:
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not _NAME.fullmatch(self.name) or self.name in RESERVED_NAMES:
-            raise L3Error(f"field name {self.name!r} must be letters, digits and '_', starting with a letter, "
-                          f"and none of {sorted(RESERVED_NAMES)}")
+            raise L3Error(f"field name {self.name!r} must be letters, digits and '_', starting with a "
+                          f"letter, and none of {sorted(RESERVED_NAMES)}")
         if self.kind not in KINDS:
             raise L3Error(f"field {self.name!r}: kind must be one of {KINDS}, not {self.kind!r}")
         if self.dtype is not None:
@@ -60,7 +60,8 @@ class Field:
             except TypeError:
                 dtype = None
             if dtype not in (np.dtype(np.uint8), np.dtype(np.uint16)):
-                raise L3Error(f"field {self.name!r}: dtype must be 'uint8', 'uint16' or None, not {self.dtype!r}")
+                raise L3Error(f"field {self.name!r}: dtype must be 'uint8', 'uint16' or None, "
+                              f"not {self.dtype!r}")
             object.__setattr__(self, "dtype", dtype.name)
 
     @property
@@ -102,8 +103,8 @@ def field(name: str) -> Field:
     try:
         return IMAGE_FIELDS[name]
     except KeyError:
-        raise L3Error(f"unknown field {name!r}; the built-in fields are {list(IMAGE_FIELDS)}, and any other is "
-                      f"declared: l3codec.fields.Field({name!r}, kind='image' or 'label')") from None
+        raise L3Error(f"unknown field {name!r}; the built-in fields are {list(IMAGE_FIELDS)}, and any other "
+                      f"is declared: l3codec.fields.Field({name!r}, kind='image' or 'label')") from None
 
 
 def declared(spec) -> Field:

@@ -40,7 +40,8 @@ def with_depth(tmp_path_factory):
         image, depth = make_image("smooth_noise", *SIZE, 3, np.uint8, i), _depth_map(100 + i)
         members = {"image": l3codec.encode(image, mode="fast", tile_width=16),
                    "depth": l3codec.encode(depth, mode="compact", tile_width=16)}
-        writer.add(key, members, infos={name: l3codec.info(data) for name, data in members.items()}, label=i % 2)
+        infos = {name: l3codec.info(data) for name, data in members.items()}
+        writer.add(key, members, infos=infos, label=i % 2)
         sources[key] = (image, depth)
     record = writer.close()
     container.write_index(split, container.concatenate_rows([record]))
@@ -134,8 +135,9 @@ def test_the_cache_is_held_by_the_loader_and_the_dataset_is_left_as_it_was(with_
 def test_where_decoding_happens_is_said_once(with_depth):
     root, _ = with_depth
     dataset = L3Dataset(root, fields=("image", DEPTH))
-    assert Loader(dataset, 2, decode=Decode(device="cpu")).place == "cpu"  # no CUDA device: the CPU
-    host = Loader(dataset, 2, decode=Decode("gpu", device="cpu", step=host_decode_step, prefetch=3), workers=2)
+    assert Loader(dataset, 2, decode=Decode(device="cpu")).place == "cpu"  # on=None and a CPU device
+    host = Loader(dataset, 2, decode=Decode("gpu", device="cpu", step=host_decode_step, prefetch=3),
+                  workers=Workers(2, context="spawn"))  # spawn: nothing starts until the first batch
     assert host.place == "gpu" and host.prefetch == 3 and host.num_workers == 2
     with pytest.raises(l3codec.L3Error, match="on="):
         Decode("tpu")
@@ -154,7 +156,8 @@ def test_the_old_keywords_still_work_for_one_version_with_a_warning(with_depth):
     with pytest.warns(DeprecationWarning, match=r"L3Dataset\(decode='gpu'\)"):
         legacy = L3Dataset(root, fields=("image", DEPTH), decode="gpu")
     assert legacy.compressed
-    with pytest.warns(DeprecationWarning, match=r"device=.*Decode\(device=\).*num_workers=.*Workers\(count=\)"):
+    moved = r"device=.*Decode\(device=\).*num_workers=.*Workers\(count=\)"
+    with pytest.warns(DeprecationWarning, match=moved):
         loader = Loader(legacy, 2, device="cpu", decode_step=host_decode_step, num_workers=0, timeout=7)
     assert loader.decode == Decode("gpu", device="cpu", step=host_decode_step)
     assert loader.workers == Workers(0, timeout=7)

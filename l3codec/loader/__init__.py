@@ -32,6 +32,6 @@ from .options import Decode, Workers
 from .workers import WORKER_TIMEOUT_S, WorkerExited, WorkerStalled
 
 __all__ = [
-    "L3Dataset", "Loader", "Decode", "Workers", "Field", "CenterCrop", "Full", "RandomCrop", "RandomResizedCrop", "host_decode_step",
-    "gpu_decode_step", "WorkerExited", "WorkerStalled", "WORKER_TIMEOUT_S", "DEFAULT_FIELDS", "SampleCache",
+    "L3Dataset", "Loader", "Decode", "Workers", "Field", "CenterCrop", "Full", "RandomCrop", "RandomResizedCrop",
+    "host_decode_step", "gpu_decode_step", "WorkerExited", "WorkerStalled", "WORKER_TIMEOUT_S", "DEFAULT_FIELDS", "SampleCache",
 ]

@@ -64,8 +64,8 @@ class L3Dataset(Dataset):
         if decode is not None:
             if decode not in ("gpu", "cpu"):
                 raise L3Error(f"decode must be 'gpu' or 'cpu', not {decode!r}")
-            warnings.warn(f"L3Dataset(decode={decode!r}) is deprecated and goes in the next version: say where the "
-                          f"loader decodes with Loader(decode={decode!r})"
+            warnings.warn(f"L3Dataset(decode={decode!r}) is deprecated and goes in the next version: say "
+                          f"where the loader decodes with Loader(decode={decode!r})"
                           + (" and ask for bytes with L3Dataset(compressed=True)" if decode == "gpu" else ""),
                           DeprecationWarning, stacklevel=2)
             compressed = decode == "gpu"
@@ -76,7 +76,8 @@ class L3Dataset(Dataset):
         specs = [declared(spec) for spec in (fields if isinstance(fields, (list, tuple)) else (fields,))]
         missing = [spec.name for spec in specs if spec.name not in present]
         if not specs or missing:
-            raise L3Error(f"split {split!r} has fields {present}; asked for {tuple(spec.name for spec in specs)}")
+            asked = tuple(spec.name for spec in specs)
+            raise L3Error(f"split {split!r} has fields {present}; asked for {asked}")
         for spec in specs:
             _check_dtype(self.reader, spec)
         self.field_specs = {spec.name: spec for spec in specs}

@@ -214,8 +214,8 @@ class Loader:
             except BaseException as error:
                 first_batch["error"] = error
 
-        source = _BatchSource(self.dataset, self.place, self.geometry, self.order.seed, self.on_error == "skip",
-                              self.finish, self._ring)
+        source = _BatchSource(self.dataset, self.place, self.geometry, self.order.seed,
+                              self.on_error == "skip", self.finish, self._ring)
         slot = first % slots if slots else 0
         if wait_slot is not None:
             wait_slot(slot)

@@ -75,8 +75,9 @@ class Workers:
     def __post_init__(self):
         for name in ("count", "prefetch_factor"):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < (0 if name == "count" else 1):
-                raise L3Error(f"Workers({name}=) must be an integer >= {0 if name == 'count' else 1}, not {value!r}")
+            least = 0 if name == "count" else 1
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise L3Error(f"Workers({name}=) must be an integer >= {least}, not {value!r}")
         if not isinstance(self.timeout, (int, float)) or self.timeout < 0:
             raise L3Error(f"Workers(timeout=) must be a number of seconds >= 0, not {self.timeout!r}")
 

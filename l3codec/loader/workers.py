@@ -39,7 +39,8 @@ def _identity(batch):
 class _BatchSource(Dataset):
     """What DataLoader workers run: one whole batch per request (epoch, number, slot, indices)."""
 
-    def __init__(self, dataset: L3Dataset, place: str, geometry, seed: int, skip_bad: bool, finish: Finish, ring):
+    def __init__(self, dataset: L3Dataset, place: str, geometry, seed: int, skip_bad: bool, finish: Finish,
+                 ring):
         self.reader, self.fields, self.decode = dataset.reader, dataset.fields, place
         self.verify, self.geometry, self.seed, self.skip_bad = dataset.verify, geometry, seed, skip_bad
         self.max_pixels = dataset.max_pixels
