@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from .. import gpu
 from ..format import L3Error
