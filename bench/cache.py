@@ -55,9 +55,9 @@ def epoch_seconds(reader, epochs: int) -> float:
 
 
 def loader_epoch_seconds(dataset: Path, cache, epochs: int) -> float:
-    from l3codec.loader import L3Dataset, Loader
+    from l3codec.loader import Decode, L3Dataset, Loader
 
-    loader = Loader(L3Dataset(dataset, decode="cpu", cache=cache), 16, device="cpu", num_workers=0)
+    loader = Loader(L3Dataset(dataset, cache=cache), 16, decode=Decode("cpu", device="cpu"))
     times = []
     for epoch in range(epochs + 1):  # the first fills the cache and compiles
         loader.set_epoch(epoch)

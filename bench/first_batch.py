@@ -54,16 +54,17 @@ def report(start, opened, made, loader, imported):
 
 L3_SCRIPT = SCRIPT_HEAD + """
 import torch
-from l3codec.loader import CenterCrop, L3Dataset, Loader
+from l3codec.loader import CenterCrop, Decode, L3Dataset, Loader
 IMPORTED = time.perf_counter()
 
 
 def main():
     root, workers, batch_size, crop = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
     start = time.perf_counter()
-    dataset = L3Dataset(root, fields=("image",), decode="cpu")
+    dataset = L3Dataset(root, fields=("image",))
     opened = time.perf_counter()
-    loader = Loader(dataset, batch_size, crop=CenterCrop(crop), device="cpu", num_workers=workers, seed=0)
+    loader = Loader(dataset, batch_size, crop=CenterCrop(crop), decode=Decode("cpu", device="cpu"),
+                    workers=workers, seed=0)
     made = time.perf_counter()
     first = report(start, opened, made, loader, IMPORTED)
     assert first["image"].shape == (batch_size, 3, crop, crop)

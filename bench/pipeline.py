@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from l3codec.converters import convert  # noqa: E402
-from l3codec.loader import L3Dataset, Loader  # noqa: E402
+from l3codec.loader import Decode, L3Dataset, Loader  # noqa: E402
 
 
 class PngFiles(Dataset):
@@ -172,17 +172,17 @@ def main(argv=None):
                                         png_bytes))
                     continue
                 decode = "cpu" if name == "l3-cpu" else "gpu"
-                dataset = L3Dataset(converted, fields=("image",), decode=decode)
+                dataset = L3Dataset(converted, fields=("image",))
                 l3_bytes = float(dataset.reader.index["image_size"].mean())
                 if decode == "cpu":
-                    loader, label = Loader(dataset, args.batch_size, device="cpu", num_workers=args.workers), \
-                        "L3 CPU decode"
+                    loader, label = Loader(dataset, args.batch_size, decode=Decode("cpu", device="cpu"),
+                                           workers=args.workers), "L3 CPU decode"
                 elif cuda:
-                    loader, label = Loader(dataset, args.batch_size, device="cuda", num_workers=args.workers), \
-                        "L3 GPU decode"
+                    loader, label = Loader(dataset, args.batch_size, decode=Decode("gpu", device="cuda"),
+                                           workers=args.workers), "L3 GPU decode"
                 else:
-                    loader = Loader(dataset, args.batch_size, device="cpu", num_workers=args.workers,
-                                    decode_step=_stub_decode)
+                    stubbed = Decode("gpu", device="cpu", step=_stub_decode)
+                    loader = Loader(dataset, args.batch_size, decode=stubbed, workers=args.workers)
                     label = "L3 GPU path, CPU side only (no GPU: decode stubbed, no device copy)"
                 rows.append(measure(label, loader, args.batch_size, step, args.warmup, args.batches, l3_bytes))
                 print(json.dumps(rows[-1]))

@@ -26,12 +26,13 @@ from l3codec.converters import convert  # noqa: E402
 
 COMMON = """
 import json, sys, time
-from l3codec.loader import L3Dataset, Loader, RandomResizedCrop
+from l3codec.loader import Decode, L3Dataset, Loader, RandomResizedCrop
 """
 
 INDEPENDENT = COMMON + textwrap.dedent("""
     root, batches, step, workers, out = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
-    loader = Loader(L3Dataset(root, decode="cpu"), 4, crop=RandomResizedCrop(512), device="cpu", num_workers=workers)
+    loader = Loader(L3Dataset(root), 4, crop=RandomResizedCrop(512), decode=Decode("cpu", device="cpu"),
+                    workers=workers)
     if __name__ == "__main__":
         taken, epoch, start = 0, 0, None
         while taken < batches:
@@ -51,7 +52,8 @@ PRODUCER = COMMON + textwrap.dedent("""
     from l3codec.share import BatchServer
     root, path, workers, trainers, epochs = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
     if __name__ == "__main__":
-        loader = Loader(L3Dataset(root, decode="cpu"), 4, crop=RandomResizedCrop(512), device="cpu", num_workers=workers)
+        loader = Loader(L3Dataset(root), 4, crop=RandomResizedCrop(512), decode=Decode("cpu", device="cpu"),
+                        workers=workers)
         BatchServer(loader, path, slots=4, min_consumers=trainers).run(epochs=epochs)
 """)
 

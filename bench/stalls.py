@@ -27,7 +27,7 @@ from pipeline import linked_tree, measure  # noqa: E402
 
 from l3codec import stalls  # noqa: E402
 from l3codec.converters import convert  # noqa: E402
-from l3codec.loader import L3Dataset, Loader  # noqa: E402
+from l3codec.loader import Decode, L3Dataset, Loader  # noqa: E402
 
 
 def main(argv=None):
@@ -58,8 +58,8 @@ def main(argv=None):
                                        handoff_ms=result["handoff_ms"])
             runs = []
             for _ in range(args.runs):
-                loader = Loader(L3Dataset(converted, fields=("image",), decode="cpu"), args.batch_size,
-                                device="cpu", num_workers=args.workers)
+                loader = Loader(L3Dataset(converted, fields=("image",)), args.batch_size,
+                                decode=Decode("cpu", device="cpu"), workers=args.workers)
                 untimed = args.workers + 1  # as the analyzer: the main process's first batch, each worker's first
                 runs.append(measure("L3 CPU decode", loader, args.batch_size, step_ms / 1e3, untimed,
                                     len(loader) - untimed, 0))

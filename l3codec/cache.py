@@ -7,7 +7,7 @@ dataset of size N, every epoch after the first finds C/N of its samples in the c
 are 0.6-0.9x PNG, so more of a dataset fits than in any cache of decoded pixels.
 
     cache = SampleCache("/dev/shm/l3-cache", "8GB")          # policy="minio" (the default)
-    L3Dataset("s3://bucket/cityscapes-l3", cache=cache)      # or Loader(..., cache=cache)
+    L3Dataset("s3://bucket/cityscapes-l3", cache=cache)      # or Loader(dataset, ..., cache=cache)
 
 Policies (a documented choice, SampleCache(policy=...)):
 - "minio": a sample that enters stays; once the capacity is reached nothing is evicted and

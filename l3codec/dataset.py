@@ -12,6 +12,7 @@ decodes pixels, and never imports numba or torch (numpy and the standard library
 from __future__ import annotations
 
 import asyncio
+import copy
 import functools
 import hashlib
 import io
@@ -24,7 +25,7 @@ import time
 
 import numpy as np
 
-from .fields import CLASS_SUFFIX, IMAGE_FIELDS, JSON_MEMBER
+from .fields import CLASS_SUFFIX, IMAGE_FIELDS, JSON_MEMBER, field_name, member_suffix
 from .format import FAST_V1_REFUSED, L3Error
 
 DATASET_FORMAT = "l3dataset"
@@ -42,7 +43,8 @@ CONVERSION_WORK_DIR = ".l3convert"  # l3convert's plan and finished-shard record
 MANIFEST_NAME = "manifest.json"
 INDEX_NAME = "index.npy"
 
-# Image-like fields (each an L3 file) and their tar member suffixes, in member order (l3codec.fields).
+# The built-in image-like fields (each an L3 file) and their tar member suffixes, in member order;
+# a dataset may hold others (l3codec.fields.Field), stored the same way.
 FIELDS = {name: field.suffix for name, field in IMAGE_FIELDS.items()}
 
 TAR_BLOCK = 512
@@ -65,9 +67,7 @@ def index_dtype(fields, key_width: int, has_json: bool = False) -> np.dtype:
         ("label", "<i4"),
         ("source_bytes", "<u8"),
     ]
-    for field in fields:
-        if field not in FIELDS:
-            raise L3Error(f"unknown field {field!r}; fields are {list(FIELDS)}")
+    for field in map(field_name, fields):
         columns += [
             (f"{field}_offset", "<u8"),
             (f"{field}_size", "<u8"),
@@ -102,15 +102,15 @@ class _HashingFile:
 class ShardWriter:
     """Writes one whole shard under a temporary name; close() renames it and returns its record.
 
-    add() takes a sample's members (field -> L3 bytes, optional JSON bytes, class label) and the
-    facts of each image (from l3codec.info); the returned record holds one index row per sample.
+    fields: names or l3codec.fields.Field objects. add() takes a sample's members (field -> L3
+    bytes, optional JSON bytes, class label) and the facts of each image (from l3codec.info); the returned record holds one index row per sample.
     A shard that was never closed leaves only a ``.tmp`` file, which never counts as written.
     """
 
     def __init__(self, directory, number: int, fields, *, key_width: int, has_json: bool = False):
         self.directory = os.fspath(directory)
         self.number = number
-        self.fields = tuple(fields)
+        self.fields = tuple(map(field_name, fields))
         self.has_json = has_json
         self.dtype = index_dtype(self.fields, key_width, has_json)
         self.path = os.path.join(self.directory, shard_name(number))
@@ -147,13 +147,13 @@ class ShardWriter:
         row["source_bytes"] = source_bytes
         idx_members = []
         for field in self.fields:
-            name = f"{key}.{FIELDS[field]}"
+            name = f"{key}.{member_suffix(field)}"
             offset, size = self._member(name, images[field], mtime)
             info = infos[field]
             row[f"{field}_offset"], row[f"{field}_size"] = offset, size
             row[f"{field}_height"], row[f"{field}_width"] = info.height, info.width
             row[f"{field}_channels"], row[f"{field}_bits"] = info.channels, info.bits
-            idx_members.append((FIELDS[field], offset, size, name))
+            idx_members.append((member_suffix(field), offset, size, name))
         if label >= 0:
             name = f"{key}.{CLASS_SUFFIX}"
             data = str(label).encode()
@@ -334,7 +334,7 @@ def _is_url(root: str) -> bool:
 
 def member_name(key: str, member: str) -> str:
     """The tar member name of a sample's member (a field name, or JSON_MEMBER)."""
-    return f"{key}.{FIELDS.get(member, member)}"
+    return f"{key}.{member_suffix(member)}"
 
 
 def member_header_problem(header, name: str, size: int) -> str | None:
@@ -523,8 +523,16 @@ class DatasetReader(DatasetLocation):
         self.class_names = list(self.manifest.get("class_names", []))
         self.index = self._load_index()
         names = self.index.dtype.names or ()
-        self.fields = tuple(field for field in FIELDS if f"{field}_offset" in names)
+        self.fields = _index_fields(names)
         self.members = self.fields + ((JSON_MEMBER,) if "json_offset" in names else ())
+
+    def with_cache(self, cache) -> DatasetReader:
+        """A reader of the same split through cache (None: straight from the source); this one is
+        left as it is. The index is shared; shards are mapped again, by the copy, as it reads."""
+        other = copy.copy(self)
+        other._maps, other._misplaced = {}, {}
+        other.cache = cache
+        return other
 
     def _own_process(self) -> None:
         """After fork, forget the parent's mappings and connections."""
@@ -715,6 +723,13 @@ class DatasetReader(DatasetLocation):
 
     def __repr__(self):
         return f"DatasetReader({self.root!r}, split={self.split!r}, samples={len(self)}, fields={self.fields})"
+
+
+def _index_fields(names) -> tuple:
+    """The image-like fields of an index's columns: the built-in ones in member order, then any
+    other (declared by the user, l3codec.fields.Field) in column order."""
+    found = [name[:-len("_offset")] for name in names if name.endswith("_offset") and name != "json_offset"]
+    return tuple([name for name in FIELDS if name in found] + [name for name in found if name not in FIELDS])
 
 
 def _merge_ranges(wanted: list) -> list:

@@ -137,11 +137,11 @@ def _read_back(converted: str, source: str, workers: int) -> tuple:
     """(samples whose pixels differ from the source PNGs, samples read): the train split, whole frames."""
     from PIL import Image
 
-    from .loader import L3Dataset, Loader
+    from .loader import Decode, L3Dataset, Loader
 
     fields = ("image", "labelIds", "instanceIds")
-    dataset = L3Dataset(converted, split="train", fields=fields, decode="cpu")
-    loader = Loader(dataset, 2, shuffle=False, num_workers=workers, device="cpu")
+    dataset = L3Dataset(converted, split="train", fields=fields)
+    loader = Loader(dataset, 2, shuffle=False, decode=Decode("cpu", device="cpu"), workers=workers)
     suffixes = {"image": "leftImg8bit/train/{city}/{key}_leftImg8bit.png",
                 "labelIds": "gtFine/train/{city}/{key}_gtFine_labelIds.png",
                 "instanceIds": "gtFine/train/{city}/{key}_gtFine_instanceIds.png"}

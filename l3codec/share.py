@@ -2,7 +2,7 @@
 node receives it (TensorSocket's idea; CoorDL's coordinated prep for a hyperparameter search).
 
     # the producer (one process)
-    loader = Loader(L3Dataset(root, decode="cpu"), 16, crop=RandomResizedCrop(224), num_workers=4)
+    loader = Loader(L3Dataset(root), 16, crop=RandomResizedCrop(224), decode="cpu", workers=4)
     BatchServer(loader, slots=4).run(epochs=90)          # at default_socket_path()
 
     # each trainer

@@ -159,11 +159,11 @@ def measure(root, *, split="train", fields=None, batch_size=16, workers=2, crop=
     import torch
     from torch.utils.data import DataLoader
 
-    from .loader import L3Dataset, Loader
+    from .loader import Decode, L3Dataset, Loader, Workers
     from .order import EpochOrder
 
     say = progress or (lambda message: None)
-    dataset = L3Dataset(root, split=split, fields=fields, decode=decode, storage_options=storage_options)
+    dataset = L3Dataset(root, split=split, fields=fields, storage_options=storage_options)
     reader = dataset.reader
     warmup, timed, handoff_batches = plan_batches(len(reader), batch_size, workers, batches)
     shards = [] if reader.remote else [os.path.join(reader.root, reader.split, shard_name(int(s)))
@@ -178,9 +178,9 @@ def measure(root, *, split="train", fields=None, batch_size=16, workers=2, crop=
         return _timed_epoch_prefix(_epochs(loader), timed, warmup)[:2]
 
     def load():
-        options = {} if cuda or decode == "cpu" else {"decode_step": _stub_decode}
-        loader = Loader(dataset, batch_size, crop=crop, num_workers=workers, device="cuda" if cuda else "cpu",
-                        seed=0, **options)
+        place = Decode(decode, device="cuda" if cuda else "cpu",
+                       step=None if cuda or decode == "cpu" else _stub_decode)
+        loader = Loader(dataset, batch_size, crop=crop, decode=place, workers=Workers(workers), seed=0)
         images, seconds, handoff = _timed_epoch_prefix(_epochs(loader, loader.set_epoch), timed, warmup,
                                                        handoff_batches)
         if handoff_batches:

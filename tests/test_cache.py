@@ -221,11 +221,12 @@ def test_a_remote_dataset_is_read_from_the_cache_once_the_server_is_gone(dataset
 @pytest.mark.processes
 def test_the_loader_workers_share_the_cache_and_l3_cache_shows_and_clears_it(dataset, tmp_path, capsys):
     torch = pytest.importorskip("torch")  # noqa: F841
-    from l3codec.loader import L3Dataset, Loader, SampleCache as exported
+    from l3codec.loader import Decode, L3Dataset, Loader, SampleCache as exported
 
     cache = exported(tmp_path / "c", "100MB")
-    plain = [batch["image"] for batch in Loader(L3Dataset(dataset, decode="cpu"), 4, shuffle=False, device="cpu")]
-    loader = Loader(L3Dataset(dataset, decode="cpu"), 4, shuffle=False, device="cpu", num_workers=2, cache=cache)
+    on_cpu = Decode("cpu", device="cpu")
+    plain = [batch["image"] for batch in Loader(L3Dataset(dataset), 4, shuffle=False, decode=on_cpu)]
+    loader = Loader(L3Dataset(dataset), 4, shuffle=False, decode=on_cpu, workers=2, cache=cache)
     for epoch in range(2):
         loader.set_epoch(epoch)
         batches = [batch["image"] for batch in loader]

@@ -24,13 +24,14 @@ def converted(tmp_path):
 
 def test_an_empty_shard_is_named_and_the_loader_skips_its_samples(converted):
     torch = pytest.importorskip("torch")  # noqa: F841
-    from l3codec.loader import L3Dataset, Loader
+    from l3codec.loader import Decode, L3Dataset, Loader
 
     empty = sorted((converted / "train").glob("*.tar"))[0]
     empty.write_bytes(b"")
     with pytest.raises(L3Error, match=f"{empty}.*empty or damaged shard"):
         open_dataset(converted, "train").read(0)
-    loader = Loader(L3Dataset(converted, decode="cpu"), 6, shuffle=False, device="cpu", on_error="skip")
+    loader = Loader(L3Dataset(converted), 6, shuffle=False, decode=Decode("cpu", device="cpu"),
+                    on_error="skip")
     with pytest.warns(UserWarning):
         batches = list(loader)
     assert batches and batches[0]["skipped"]  # the samples of the empty shard, replaced
@@ -69,18 +70,16 @@ def test_inspect_deep_checks_the_index_shapes_against_the_files(converted):
 
 def test_a_loader_batch_over_max_pixels_is_refused_before_decoding(converted):
     pytest.importorskip("torch")
-    from l3codec.loader import L3Dataset, Loader, host_decode_step
+    from l3codec.loader import Decode, L3Dataset, Loader, host_decode_step
 
-    for decode, step in (("cpu", None), ("gpu", host_decode_step)):
-        loader = Loader(L3Dataset(converted, decode=decode, max_pixels=2000), 3, shuffle=False, device="cpu",
-                        decode_step=step)
+    for decode in (Decode("cpu", device="cpu"), Decode("gpu", device="cpu", step=host_decode_step)):
+        loader = Loader(L3Dataset(converted, max_pixels=2000), 3, shuffle=False, decode=decode)
         with pytest.raises(L3Error, match="max_pixels|pixels"):
             next(iter(loader))  # three 24x40 images: 2880 pixels
-        small = Loader(L3Dataset(converted, decode=decode, max_pixels=2000), 2, shuffle=False, device="cpu",
-                       decode_step=step)
+        small = Loader(L3Dataset(converted, max_pixels=2000), 2, shuffle=False, decode=decode)
         assert len(next(iter(small))["key"]) == 2  # 1920 pixels pass
     with pytest.raises(L3Error, match="exceed max_pixels"):
-        L3Dataset(converted, decode="cpu", max_pixels=100)[0]
+        L3Dataset(converted, max_pixels=100)[0]
 
 
 def _point_sample_at_another(converted):

@@ -74,9 +74,9 @@ def readme_training_script(dataset: str, cache: str) -> str:
     """README's 'Training from it' block as a user would first run it: on the CPU, two epochs."""
     block = README.read_text().split("Training from it:", 1)[1]
     code = re.search(r"```python\n(.+?)\n```", block, re.S).group(1)
-    for old, new in (('"/data/cs-l3"', repr(dataset)), ('decode="gpu"', 'decode="cpu"'),
-                     ('device="cuda"', 'device="cpu"'), ('"/dev/shm/l3-cache"', repr(cache)),
-                     ("epochs=10", "epochs=2"), ("num_workers=4", "num_workers=2")):
+    for old, new in (('"/data/cs-l3"', repr(dataset)), ('Decode("gpu", device="cuda")', 'Decode("cpu")'),
+                     ('"/dev/shm/l3-cache"', repr(cache)), ("epochs=10", "epochs=2"),
+                     ("Workers(4)", "Workers(2)")):
         assert old in code, old
         code = code.replace(old, new)
     shapes = "            print(epoch, tuple(images.shape), tuple(labels.shape))\n"

@@ -26,7 +26,7 @@ from l3codec import batch as batching  # noqa: E402
 from l3codec import resize  # noqa: E402
 from l3codec.converters import convert  # noqa: E402
 from l3codec.loader import (  # noqa: E402
-    CenterCrop, Full, L3Dataset, Loader, RandomCrop, RandomResizedCrop, host_decode_step,
+    CenterCrop, Decode, Full, L3Dataset, Loader, RandomCrop, RandomResizedCrop, host_decode_step,
 )
 
 SIZE = (40, 56)  # every cityscapes frame here; tiles of 16 so crops touch a few of many tiles
@@ -105,17 +105,16 @@ def emulated_decode_step(staged, buffer, out, status, stream):
         first += len(launch.items)
 
 
-PATHS = {  # decode mode of the dataset, decode step of the loader
-    "cpu": ("cpu", None),
-    "gpu-emulated": ("gpu", emulated_decode_step),
-    "gpu-host": ("gpu", host_decode_step),
+PATHS = {  # where the loader decodes, its batches on the CPU
+    "cpu": Decode("cpu", device="cpu"),
+    "gpu-emulated": Decode("gpu", device="cpu", step=emulated_decode_step),
+    "gpu-host": Decode("gpu", device="cpu", step=host_decode_step),
 }
 
 
-def _loader(root, path, batch_size=3, fields=("image", "labelIds", "instanceIds"), **options):
-    decode, step = PATHS[path]
-    dataset = L3Dataset(root, fields=fields, decode=decode)
-    return Loader(dataset, batch_size, device="cpu", decode_step=step, **options)
+def _loader(root, path, batch_size=3, fields=("image", "labelIds", "instanceIds"), workers=0, **options):
+    dataset = L3Dataset(root, fields=fields)
+    return Loader(dataset, batch_size, decode=PATHS[path], workers=workers, **options)
 
 
 def _hwc(tensor):
@@ -141,13 +140,13 @@ def test_unshuffled_batches_are_the_source_pixels_in_order(cityscapes, path):
 
 def test_dataset_items_on_the_cpu_and_as_bytes(cityscapes):
     root, frames = cityscapes
-    dataset = L3Dataset(root, decode="cpu")
+    dataset = L3Dataset(root)
     assert dataset.fields == ("image", "labelIds") and len(dataset) == 7
     sample = dataset[2]
     image, labels, _ = _source(frames, sample["key"])
     np.testing.assert_array_equal(_hwc(sample["image"]), image)
     np.testing.assert_array_equal(sample["labelIds"][0].numpy(), labels)
-    raw = L3Dataset(root, decode="gpu", transform=lambda s: {**s, "seen": True})[2]
+    raw = L3Dataset(root, compressed=True, transform=lambda s: {**s, "seen": True})[2]
     np.testing.assert_array_equal(l3codec.decode(raw["image"]), image)
     assert raw["seen"]
     with pytest.raises(l3codec.L3Error, match="fields"):
@@ -262,13 +261,12 @@ def test_pages_of_text_read_through_their_lz_streams(tmp_path, path):
         pages[f"p{i}"] = page
     convert("folder", tmp_path / "src", tmp_path / "l3", mode="fast", tile_width=128, workers=0,
             progress=False)
-    decode, step = PATHS[path]
-    dataset = L3Dataset(tmp_path / "l3", fields=("image",), decode=decode)
+    dataset = L3Dataset(tmp_path / "l3", fields=("image",))
     kinds = {data[start] for data in (dataset.reader.read(i, "image").tobytes() for i in range(4))
              for _, start, _ in plane_streams(data)}
     assert {fmt.KIND_LZ_CODED, fmt.KIND_PIXEL_LZ_CODED} <= kinds
     for crop in (None, RandomCrop((20, 100))):
-        loader = Loader(dataset, 2, shuffle=False, crop=crop, device="cpu", decode_step=step, seed=3)
+        loader = Loader(dataset, 2, shuffle=False, crop=crop, decode=PATHS[path], seed=3)
         seen = 0
         for batch in loader:
             for tensor, key, region in zip(batch["image"], batch["key"], batch["region"].tolist()):
@@ -282,9 +280,8 @@ def test_pages_of_text_read_through_their_lz_streams(tmp_path, path):
 @pytest.mark.parametrize("path", ["cpu", "gpu-host"])
 def test_images_of_different_sizes_come_as_lists(folder, path):
     root, images = folder
-    decode, step = PATHS[path]
-    loader = Loader(L3Dataset(root, fields=("image",), decode=decode), 5, shuffle=False, crop=Full(flip=1.0),
-                    device="cpu", decode_step=step)
+    loader = Loader(L3Dataset(root, fields=("image",)), 5, shuffle=False, crop=Full(flip=1.0),
+                    decode=PATHS[path])
     batch = next(iter(loader))
     assert isinstance(batch["image"], list) and len(batch["image"]) == 5
     for tensor, key, label in zip(batch["image"], batch["key"], batch["label"].tolist()):
@@ -307,7 +304,7 @@ def test_state_dict_resumes_with_exactly_the_remaining_samples(cityscapes, path,
         next(iterator)
     state = first.state_dict()
     assert state["batches"] == 2 and state["epoch"] == 2
-    resumed = _loader(root, path, num_workers=workers, **options)
+    resumed = _loader(root, path, workers=workers, **options)
     resumed.load_state_dict(state)
     resumed.set_epoch(2)  # the usual loop calls set_epoch for the resumed epoch: the resume point stays
     rest = [(b["index"].tolist(), b["image"]) for b in resumed]
@@ -323,7 +320,7 @@ def test_two_workers_give_the_same_batches_as_none(cityscapes, path):
     root, _ = cityscapes
     options = dict(batch_size=3, crop=RandomResizedCrop(12, flip=0.5), seed=9)
     alone = list(_loader(root, path, **options))
-    pooled = list(_loader(root, path, num_workers=2, **options))
+    pooled = list(_loader(root, path, workers=2, **options))
     assert len(alone) == len(pooled) == 3
     for a, b in zip(alone, pooled):
         assert a["key"] == b["key"]
@@ -351,7 +348,7 @@ def damaged(cityscapes, tmp_path):
 
     root = tmp_path / "damaged"
     shutil.copytree(cityscapes[0], root)
-    key = _corrupt_member(root, L3Dataset(root, decode="cpu"), 4, "labelIds")
+    key = _corrupt_member(root, L3Dataset(root), 4, "labelIds")
     return root, key
 
 
@@ -379,8 +376,8 @@ def test_decode_failures_past_the_checksum_are_caught_by_the_status(cityscapes):
         status[1] = l3codec.format.STATUS_CORRUPT  # entry 1 in status order: an item of sample 0 or 1
 
     def loader(**options):
-        return Loader(L3Dataset(root, decode="gpu"), 3, shuffle=False, drop_last=True, device="cpu",
-                      decode_step=failing_step, **options)
+        return Loader(L3Dataset(root), 3, shuffle=False, drop_last=True,
+                      decode=Decode("gpu", device="cpu", step=failing_step), **options)
 
     with pytest.raises(l3codec.L3Error, match="failed to decode"):
         list(loader())
@@ -417,9 +414,9 @@ def test_reads_a_dataset_from_an_s3_server(cityscapes):
         options = {"key": "testing", "secret": "testing", "client_kwargs": {"endpoint_url": endpoint,
                                                                              "region_name": "us-east-1"}}
         for decode in ("cpu", "gpu"):
-            dataset = L3Dataset("s3://data/cityscapes", decode=decode, storage_options=options)
-            step = host_decode_step if decode == "gpu" else None
-            loader = Loader(dataset, 4, shuffle=False, device="cpu", decode_step=step, num_workers=2 if step else 0)
+            dataset = L3Dataset("s3://data/cityscapes", storage_options=options)
+            loader = Loader(dataset, 4, shuffle=False, decode=PATHS["gpu-host" if decode == "gpu" else "cpu"],
+                            workers=2 if decode == "gpu" else 0)
             keys = []
             for batch in loader:
                 for n, key in enumerate(batch["key"]):
@@ -435,7 +432,7 @@ def test_gpu_decode_without_a_gpu_says_what_to_do(cityscapes):
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")
     with pytest.raises(l3codec.L3Error, match="decode='cpu'"):
-        Loader(L3Dataset(cityscapes[0], decode="gpu"), 2, device="cpu")
+        Loader(L3Dataset(cityscapes[0]), 2, decode=Decode("gpu", device="cpu"))
 
 
 @pytest.mark.cuda
@@ -443,8 +440,9 @@ def test_gpu_decode_without_a_gpu_says_what_to_do(cityscapes):
 def test_gpu_batches_match_the_cpu_path(cityscapes, backend):
     root, _ = cityscapes
     options = dict(batch_size=3, crop=RandomCrop(16, flip=0.5), seed=4)
-    on_gpu = Loader(L3Dataset(root, decode="gpu"), device="cuda", backend=backend, num_workers=2, **options)
-    on_cpu = Loader(L3Dataset(root, decode="cpu"), device="cpu", **options)
+    on_gpu = Loader(L3Dataset(root), decode=Decode("gpu", device="cuda", backend=backend), workers=2,
+                    **options)
+    on_cpu = Loader(L3Dataset(root), decode=PATHS["cpu"], **options)
     gpu_batches, cpu_batches = list(on_gpu), list(on_cpu)
     assert len(gpu_batches) == len(cpu_batches) == len(on_cpu) > 0
     for a, b in zip(gpu_batches, cpu_batches):
@@ -457,7 +455,7 @@ def test_a_dropped_loader_is_freed_at_once_with_its_workers(cityscapes, path):
     """Without a collection: a Loader left in a reference cycle would be collected later, possibly
     inside the next loader's forked workers, which cannot stop its workers from there."""
     root, _ = cityscapes
-    loader = _loader(root, path, num_workers=2)
+    loader = _loader(root, path, workers=2)
     batches = iter(loader)
     next(batches)
     freed = weakref.ref(loader)

@@ -29,8 +29,8 @@ TRAIN_THEN_LOAD = textwrap.dedent('''
     import numpy as np
     import torch
 
-    from l3codec.loader import (CenterCrop, Full, L3Dataset, Loader, RandomCrop, RandomResizedCrop,
-                                host_decode_step)
+    from l3codec.loader import (CenterCrop, Decode, Full, L3Dataset, Loader, RandomCrop, RandomResizedCrop,
+                                Workers, host_decode_step)
 
     def train(steps=3):
         """A small conv net's forward and backward passes: starts torch's intra-op thread pool."""
@@ -44,9 +44,10 @@ TRAIN_THEN_LOAD = textwrap.dedent('''
             optimiser.step()
 
     def epoch(root, path, crop, workers):
-        decode, step = {"cpu": ("cpu", None), "gpu-host": ("gpu", host_decode_step)}[path]
-        loader = Loader(L3Dataset(root, fields=("image", "labelIds"), decode=decode), 2, device="cpu",
-                        decode_step=step, crop=crop, num_workers=workers, seed=3, timeout=60)
+        decode = {"cpu": Decode("cpu", device="cpu"),
+                  "gpu-host": Decode("gpu", device="cpu", step=host_decode_step)}
+        loader = Loader(L3Dataset(root, fields=("image", "labelIds")), 2, decode=decode[path], crop=crop,
+                        workers=Workers(workers, timeout=60), seed=3)
         return [{name: batch[name].clone() for name in ("image", "labelIds", "flip")} for batch in loader]
 
     if __name__ == "__main__":
@@ -109,16 +110,16 @@ def test_loaders_built_after_training_steps_yield_every_batch(converted):
 
 STUCK_WORKER = textwrap.dedent('''
     import glob, os, sys
-    from l3codec.loader import L3Dataset, Loader, WorkerStalled
+    from l3codec.loader import Decode, L3Dataset, Loader, Workers, WorkerStalled
 
     if __name__ == "__main__":
         root = sys.argv[1]
-        dataset = L3Dataset(root, fields=("image",), decode="cpu")
+        dataset = L3Dataset(root, fields=("image",))
         for shard in glob.glob(root + "/train/*.tar"):
             os.remove(shard)
             os.mkfifo(shard)  # opening it for reading waits for a writer that never comes
         try:
-            next(iter(Loader(dataset, 1, device="cpu", num_workers=1, timeout=5)))
+            next(iter(Loader(dataset, 1, decode=Decode("cpu", device="cpu"), workers=Workers(1, timeout=5))))
         except WorkerStalled as error:
             print("stalled:", error, flush=True)
 ''')
@@ -134,12 +135,12 @@ def test_a_stuck_worker_raises_naming_the_cause_instead_of_hanging(converted):
 
 NO_MAIN_GUARD = textwrap.dedent('''
     import sys
-    from l3codec.loader import L3Dataset, Loader, WorkerExited
+    from l3codec.loader import Decode, L3Dataset, Loader, WorkerExited
 
     # no __main__ guard: every worker the forkserver starts imports this file again and fails
-    dataset = L3Dataset(sys.argv[1], fields=("image",), decode="cpu")
+    dataset = L3Dataset(sys.argv[1], fields=("image",))
     try:
-        batches = iter(Loader(dataset, 1, device="cpu", num_workers=1))
+        batches = iter(Loader(dataset, 1, decode=Decode("cpu", device="cpu"), workers=1))
         next(batches), next(batches)  # the first from the main process, the second from the workers
     except WorkerExited as error:
         print("exited:", error, flush=True)

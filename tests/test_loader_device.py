@@ -42,10 +42,10 @@ def test_cuda_without_a_cuda_device_is_one_l3error(monkeypatch):
 
 
 def test_loader_with_cuda_on_a_machine_without_it_raises_l3error(monkeypatch, tmp_path):
-    # the README's snippet: decode="gpu", device="cuda" gave torch's 13-line "requires CUDA support" traceback
+    # the README's snippet, Decode("gpu", device="cuda"): once torch's 13-line "requires CUDA" traceback
     from l3codec.loader import loader as loader_module
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     dataset = type("Dataset", (), {"decode": "gpu", "__len__": lambda self: 4})()
     with pytest.raises(L3Error, match="no CUDA device"):
-        loader_module.Loader(dataset, batch_size=2, device="cuda")
+        loader_module.Loader(dataset, batch_size=2, decode=loader_module.Decode("gpu", device="cuda"))

@@ -16,9 +16,9 @@ pytestmark = pytest.mark.processes
 
 TRAINER = textwrap.dedent("""
     import sys
-    from l3codec.loader import L3Dataset, Loader
+    from l3codec.loader import Decode, L3Dataset, Loader
     if __name__ == "__main__":
-        loader = Loader(L3Dataset(sys.argv[1], decode="cpu"), 2, device="cpu", num_workers=2)
+        loader = Loader(L3Dataset(sys.argv[1]), 2, decode=Decode("cpu", device="cpu"), workers=2)
         print(sum(len(batch["key"]) for batch in loader), flush=True)
 """)
 

@@ -12,7 +12,7 @@ from dataset_trees import folder_tree
 from l3codec.converters import convert
 
 torch = pytest.importorskip("torch")
-from l3codec.loader import L3Dataset, Loader, RandomCrop, host_decode_step  # noqa: E402
+from l3codec.loader import Decode, L3Dataset, Loader, RandomCrop, Workers, host_decode_step  # noqa: E402
 from l3codec.loader import workers as loader_workers  # noqa: E402
 
 
@@ -40,9 +40,10 @@ def prepared_here(monkeypatch):
 
 
 def _loader(root, decode, workers, **options):
-    step = host_decode_step if decode == "gpu" else None
-    return Loader(L3Dataset(root, fields=("image",), decode=decode), 3, crop=RandomCrop(16, flip=0.5), seed=4,
-                  device="cpu", decode_step=step, num_workers=workers, **options)
+    place = Decode("gpu", device="cpu", step=host_decode_step) if decode == "gpu" else \
+        Decode("cpu", device="cpu")
+    return Loader(L3Dataset(root, fields=("image",)), 3, crop=RandomCrop(16, flip=0.5), seed=4, decode=place,
+                  workers=Workers(workers, **options))
 
 
 def _pixels(images):
@@ -100,7 +101,7 @@ def test_workers_forked_from_this_process_prepare_every_batch(converted, prepare
     """A fork while a thread of this process prepared a batch could copy a lock that thread holds."""
     expected = _epochs(_loader(converted, "cpu", 0), (0,))
     prepared_here.clear()
-    _assert_same(_epochs(_loader(converted, "cpu", 2, multiprocessing_context="fork"), (0,)), expected)
+    _assert_same(_epochs(_loader(converted, "cpu", 2, context="fork"), (0,)), expected)
     assert prepared_here == []
 
 

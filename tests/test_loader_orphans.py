@@ -21,9 +21,9 @@ pytestmark = pytest.mark.processes
 
 TRAINER = textwrap.dedent("""
     import sys, time
-    from l3codec.loader import L3Dataset, Loader
+    from l3codec.loader import Decode, L3Dataset, Loader
     if __name__ == "__main__":
-        loader = Loader(L3Dataset(sys.argv[1], decode="cpu"), 2, device="cpu", num_workers=2)
+        loader = Loader(L3Dataset(sys.argv[1]), 2, decode=Decode("cpu", device="cpu"), workers=2)
         batches = iter(loader)
         next(batches), next(batches)  # the first from the main process, the second from the workers
         print("ready", flush=True)
@@ -60,14 +60,14 @@ def test_workers_of_a_killed_training_process_exit(tmp_path):
 KILLED_WORKERS = textwrap.dedent("""
     import os, signal, sys, time
     import psutil, torch
-    from l3codec.loader import L3Dataset, Loader, WorkerExited
+    from l3codec.loader import Decode, L3Dataset, Loader, WorkerExited
 
     def images(loader):
         return [batch["image"].clone() for batch in loader]
 
     if __name__ == "__main__":
-        dataset = L3Dataset(sys.argv[1], fields=("image",), decode="cpu")
-        loader = Loader(dataset, 1, device="cpu", num_workers=2, seed=5)
+        dataset = L3Dataset(sys.argv[1], fields=("image",))
+        loader = Loader(dataset, 1, decode=Decode("cpu", device="cpu"), workers=2, seed=5)
         batches = iter(loader)
         next(batches), next(batches)  # the first from the main process, the second from the workers
         # the workers are the forkserver's children
@@ -81,7 +81,7 @@ KILLED_WORKERS = textwrap.dedent("""
         except WorkerExited as error:
             print(f"exited after {time.monotonic() - killed:.1f} s: {error}", flush=True)
         loader.set_epoch(1)  # the next epoch starts new workers and yields every batch
-        alone = Loader(dataset, 1, device="cpu", num_workers=0, seed=5)
+        alone = Loader(dataset, 1, decode=Decode("cpu", device="cpu"), seed=5)
         alone.set_epoch(1)
         got, expected = images(loader), images(alone)
         assert len(got) == len(expected) == len(loader), (len(got), len(expected))

@@ -17,16 +17,17 @@ pytestmark = pytest.mark.processes
 
 def test_a_lost_s3_server_gives_one_l3error_in_the_main_process(tmp_path):
     pytest.importorskip("torch")
-    from l3codec.loader import L3Dataset, Loader
+    from l3codec.loader import Decode, L3Dataset, Loader, Workers
 
     folder_tree(tmp_path / "src", per_class=4)
     convert("folder", tmp_path / "src", tmp_path / "dst", workers=0, progress=False)
     with S3Server() as server:
         options = server.options(skip_instance_cache=True)
         server.upload(tmp_path / "dst", "lost/l3", options)
-        dataset = L3Dataset("s3://lost/l3", decode="cpu", storage_options=options)
+        dataset = L3Dataset("s3://lost/l3", storage_options=options)
     dataset.reader.timeout, dataset.reader.retries = 0.5, 1  # short, as options: the defaults are 30 s and 3
-    loader = Loader(dataset, 4, shuffle=False, device="cpu", num_workers=1, timeout=60)
+    loader = Loader(dataset, 4, shuffle=False, decode=Decode("cpu", device="cpu"),
+                    workers=Workers(1, timeout=60))
     started = time.monotonic()
     with pytest.raises(L3Error) as raised:
         next(iter(loader))

@@ -17,7 +17,7 @@ from dataset_trees import cityscapes_tree  # noqa: E402
 
 from l3codec.converters import convert  # noqa: E402
 from l3codec.format import L3Error  # noqa: E402
-from l3codec.loader import L3Dataset, Loader, host_decode_step  # noqa: E402
+from l3codec.loader import Decode, L3Dataset, Loader, host_decode_step  # noqa: E402
 from l3codec.loader import loader as loader_module  # noqa: E402
 from l3codec.loader.device import HOST_REGISTER_PORTABLE, LOWEST_PRIORITY, _Device  # noqa: E402
 
@@ -117,8 +117,8 @@ def converted(tmp_path_factory):
 
 
 def _gpu_path_loader(root, recorder, **options):
-    loader = Loader(L3Dataset(root, fields=("image", "labelIds"), decode="gpu"), 2, device="cpu",
-                    decode_step=host_decode_step, shuffle=False, prefetch=1, **options)
+    loader = Loader(L3Dataset(root, fields=("image", "labelIds")), 2, shuffle=False,
+                    decode=Decode("gpu", device="cpu", step=host_decode_step, prefetch=1), **options)
     loader._device = CpuBackedDevice(recorder)
     return loader
 
@@ -193,7 +193,7 @@ def test_a_staging_ring_larger_than_free_shared_memory_is_refused_with_what_to_d
         return SimpleNamespace(f_bavail=1, f_blocks=1, f_frsize=4096, f_bsize=4096)  # 4 KiB, all free
 
     monkeypatch.setattr(loader_module.os, "statvfs", small_shm)
-    loader = Loader(L3Dataset(converted, decode="gpu"), 2, device="cpu", decode_step=host_decode_step)
+    loader = Loader(L3Dataset(converted), 2, decode=Decode("gpu", device="cpu", step=host_decode_step))
     with pytest.raises(L3Error, match="--shm-size"):
         next(iter(loader))
     assert loader._ring is None  # refused before anything was allocated

@@ -15,7 +15,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 from l3codec.converters import convert  # noqa: E402
-from l3codec.loader import L3Dataset, Loader, RandomCrop  # noqa: E402
+from l3codec.loader import Decode, L3Dataset, Loader, RandomCrop  # noqa: E402
 
 from dataset_trees import folder_tree  # noqa: E402
 
@@ -25,10 +25,11 @@ EPOCHS, BATCH, SLOTS = 2, 2, 2
 
 SERVER = textwrap.dedent("""
     import json, sys
-    from l3codec.loader import L3Dataset, Loader, RandomCrop
+    from l3codec.loader import Decode, L3Dataset, Loader, RandomCrop
     from l3codec.share import BatchServer
     root, path, report = sys.argv[1:4]
-    loader = Loader(L3Dataset(root, decode="cpu"), %d, crop=RandomCrop(16, flip=0.5), seed=3, device="cpu")
+    loader = Loader(L3Dataset(root), %d, crop=RandomCrop(16, flip=0.5), seed=3,
+                    decode=Decode("cpu", device="cpu"))
     server = BatchServer(loader, path, slots=%d, min_consumers=2)
     server.run(epochs=%d)
     json.dump({"most_outstanding": server.most_outstanding, "served": server.served}, open(report, "w"))
@@ -69,8 +70,8 @@ def lines(path):
 def test_consumers_get_every_batch_once_in_order_and_one_crash_stalls_nobody(tmp_path):
     folder_tree(tmp_path / "src", per_class=5)
     convert("folder", tmp_path / "src", tmp_path / "l3", workers=0, progress=False)
-    direct = Loader(L3Dataset(tmp_path / "l3", decode="cpu"), BATCH, crop=RandomCrop(16, flip=0.5), seed=3,
-                    device="cpu")
+    direct = Loader(L3Dataset(tmp_path / "l3"), BATCH, crop=RandomCrop(16, flip=0.5), seed=3,
+                    decode=Decode("cpu", device="cpu"))
     expected = []
     for epoch in range(EPOCHS):
         direct.set_epoch(epoch)

@@ -36,7 +36,7 @@ def resolve_device(device=None) -> torch.device:
         return device
     if not torch.cuda.is_available():
         raise L3Error(f"device={str(device)!r}: this machine has no CUDA device (or torch is a CPU build); "
-                      "use device='cpu' with L3Dataset(..., decode='cpu')")
+                      "use Loader(decode=Decode('cpu', device='cpu'))")
     if device.index is None:
         local_rank = os.environ.get("LOCAL_RANK")
         index = int(local_rank) if local_rank is not None else torch.cuda.current_device()

@@ -6,17 +6,17 @@ import numpy as np
 import torch
 
 from .. import resize
-from .. import fields
 from ..torch import TORCH_DTYPES
 
 
 class Finish:
     """Turns decoded canvases into the yielded tensors: resize, flip, layout, normalise.
 
-    Runs on the device (GPU path) or in a worker (CPU path) with the same geometry rules."""
+    Runs on the device (GPU path) or in a worker (CPU path) with the same geometry rules.
+    fields: {name: l3codec.fields.Field}, which says how each is resampled and presented."""
 
-    def __init__(self, normalize=None, channels_last: bool = True):
-        self.normalize, self.channels_last = normalize, channels_last
+    def __init__(self, fields: dict, normalize=None, channels_last: bool = True):
+        self.fields, self.normalize, self.channels_last = dict(fields), normalize, channels_last
 
     def field(self, name: str, flat: torch.Tensor, layout, crops) -> object:
         """One field's output: a batched tensor when the field has one canvas and one output size, else a list."""
@@ -36,7 +36,7 @@ class Finish:
         return self._present(name, resize.flip_where(images, crops), batched=True)
 
     def _resized(self, name, canvas, regions, size):
-        if fields.field(name).resampling == "nearest":
+        if self.fields[name].resampling == "nearest":
             return resize.nearest(canvas, regions, size)
         return resize.bilinear(canvas, regions, size, rounded=self.normalize is None)
 
@@ -58,7 +58,7 @@ class Finish:
 
     def _present(self, name, images: torch.Tensor, batched: bool) -> torch.Tensor:
         """HWC (NHWC) -> CHW (NCHW) for images, HW (NHW) for one-channel label maps; normalised images."""
-        if fields.field(name).is_label:
+        if self.fields[name].is_label:
             return images[..., 0] if images.shape[-1] == 1 else images.movedim(-1, -3)
         if self.normalize is not None:
             mean, std = (torch.tensor(v, dtype=torch.float32, device=images.device) for v in self.normalize)

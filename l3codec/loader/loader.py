@@ -25,8 +25,9 @@ from .dataset import L3Dataset
 from .decode_steps import gpu_decode_step
 from .device import _Device, _to_device, resolve_device
 from .finish import Finish, replace_bad_samples
+from .options import Decode, Workers, as_decode, as_workers, legacy_options
 from .workers import (
-    WORKER_TIMEOUT_S, WorkerStalled, _BatchSource, _batch_dict, _decoders, _identity, _poll_interval,
+    WorkerStalled, _BatchSource, _batch_dict, _decoders, _identity, _poll_interval,
     _start_forkserver, _start_method, _stop_workers, _watched, _worker_context, _worker_init,
 )
 
@@ -55,7 +56,7 @@ class _Requests:
 
 
 class Loader:
-    """Batches of a split for one rank, decoded on `device`, in a deterministic, resumable order.
+    """Batches of a split for one rank, decoded where `decode` says, in a deterministic, resumable order.
 
     batch_size: samples per batch. shuffle, seed: the epoch's global order is a function of
     (seed, epoch); set_epoch() before each epoch. rank, world_size: default from torch.distributed
@@ -65,48 +66,52 @@ class Loader:
     decoded. None: whole images. normalize: (mean, std) per channel on the 0..1 scale gives float32
     images; otherwise uint8. Images come as N×C×H×W views of N×H×W×C memory (channels_last) unless
     channels_last=False; one-channel label maps as N×H×W; a list where sizes, channels or dtypes differ.
-    device: "cuda" (default when available) or "cpu". num_workers, prefetch_factor: the DataLoader's.
-    prefetch: batches copied and decoded ahead of the one yielded (GPU path).
+    decode: where decoding happens, the one place that says so: a Decode (on "gpu" or "cpu", the
+    device batches are yielded on, the GPU backend and prefetch, a replacement decode step), or
+    "gpu"/"cpu"; default: on the GPU where there is one (l3codec.loader.options).
+    workers: a Workers (count, prefetch_factor, timeout, start method) or a count; default none.
     on_error: "raise" (L3Error naming the sample's key) or "skip" (the sample is replaced by the
     batch's first good one, batch["skipped"] lists (key, reason), and a warning is issued).
-    decode_step: replaces the GPU decode (gpu_decode_step(backend)); host_decode_step runs the GPU
-    path's logic without a GPU. transform: applied to each yielded batch dict.
-    multiprocessing_context: how workers start (default: a forkserver, see _worker_context).
-    timeout: seconds to wait for a batch from the workers before raising WorkerStalled (0: forever);
-    a worker that dies raises WorkerExited within WORKER_POLL_S.
-    cache: an l3codec.cache.SampleCache for the dataset's compressed bytes (see L3Dataset).
+    transform: applied to each yielded batch dict.
+    cache: an l3codec.cache.SampleCache for the dataset's compressed bytes; the loader reads
+    through a copy of the dataset (loader.dataset), and the one given is left as it is.
+    The keywords these groups replaced (device, backend, decode_step, prefetch, num_workers,
+    prefetch_factor, multiprocessing_context, timeout) are still accepted, with a DeprecationWarning.
     """
 
     def __init__(
         self, dataset: L3Dataset, batch_size: int, *, shuffle: bool = True, seed: int = 0, drop_last: bool = False,
-        crop=None, normalize=None, channels_last: bool = True, device=None, num_workers: int = 0,
-        prefetch_factor: int = 2, prefetch: int = 2, rank: int | None = None, world_size: int | None = None,
-        on_error: str = "raise", backend: str = "cupy", decode_step=None, transform=None,
-        multiprocessing_context=None, timeout: float = WORKER_TIMEOUT_S, cache=None,
+        crop=None, normalize=None, channels_last: bool = True, decode: Decode | str | None = None,
+        workers: Workers | int | None = None, rank: int | None = None, world_size: int | None = None,
+        on_error: str = "raise", transform=None, cache=None, **deprecated,
     ):
         if on_error not in ("raise", "skip"):
             raise L3Error(f"on_error must be 'raise' or 'skip', not {on_error!r}")
+        self.decode, self.workers = legacy_options(as_decode(decode, getattr(dataset, "legacy_decode", None)),
+                                                   as_workers(workers), deprecated)
         if rank is None or world_size is None:
             distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
             rank = (torch.distributed.get_rank() if distributed else 0) if rank is None else rank
             world_size = (torch.distributed.get_world_size() if distributed else 1) if world_size is None else world_size
-        if cache is not None:  # the dataset's reader keeps it, and pickles it to the workers
-            dataset.reader.cache = cache
-        self.dataset, self.batch_size = dataset, batch_size
+        self.dataset = dataset if cache is None else dataset.with_cache(cache)  # reaches the workers with it
+        self.batch_size = batch_size
         self.order = EpochOrder(len(dataset), batch_size=batch_size, shuffle=shuffle, seed=seed, rank=rank,
                                 world_size=world_size, drop_last=drop_last)
         self.geometry = Full() if crop is None else crop
-        self.device = resolve_device(device)
-        if dataset.decode == "gpu" and decode_step is None:
+        self.device = resolve_device(self.decode.device)
+        self.place = self.decode.place(self.device)
+        decode_step = self.decode.step
+        if self.place == "gpu" and decode_step is None:
             if self.device.type != "cuda":
-                raise L3Error("decode='gpu' needs a CUDA device; use L3Dataset(..., decode='cpu') without one")
-            decode_step = gpu_decode_step(backend)
+                raise L3Error("decoding on the GPU needs a CUDA device; use Loader(decode='cpu') without one")
+            decode_step = gpu_decode_step(self.decode.backend)
         self.decode_step, self.on_error, self.transform = decode_step, on_error, transform
-        self.num_workers, self.prefetch_factor, self.prefetch = num_workers, prefetch_factor, max(1, prefetch)
-        self.multiprocessing_context, self.timeout = multiprocessing_context, timeout
-        if num_workers:
-            _start_forkserver(multiprocessing_context or _worker_context())
-        self.finish = Finish(normalize, channels_last)
+        self.num_workers, self.prefetch_factor = self.workers.count, self.workers.prefetch_factor
+        self.prefetch = max(1, self.decode.prefetch)
+        self.multiprocessing_context, self.timeout = self.workers.context, self.workers.timeout
+        if self.num_workers:
+            _start_forkserver(self.multiprocessing_context or _worker_context())
+        self.finish = Finish(self.dataset.field_specs, normalize, channels_last)
         self._device = _Device(self.device)
         self._ring = None  # staging slots, made on first use
         self._batches_loader = self._requests = None  # made on first use
@@ -149,7 +154,7 @@ class Loader:
         first, self._resume_at = self._resume_at, 0
         self._yielded = first
         batches = self.order.batches(first)
-        if self.dataset.decode == "gpu":
+        if self.place == "gpu":
             yield from self._gpu_batches(first, batches)
         else:
             yield from self._cpu_batches(first, batches)
@@ -157,14 +162,14 @@ class Loader:
     def _data_loader(self, first, batches, slots=0, wait_slot=None) -> DataLoader:
         """The DataLoader for this epoch's requests; its workers persist from epoch to epoch."""
         if self._batches_loader is None:
-            source = _BatchSource(self.dataset, self.geometry, self.order.seed, self.on_error == "skip",
-                                  self.finish, self._ring)
+            source = _BatchSource(self.dataset, self.place, self.geometry, self.order.seed,
+                                  self.on_error == "skip", self.finish, self._ring)
             # a weak method: the sampler, held by the DataLoader that the Loader holds, must not hold
             # the Loader, or a dropped Loader would linger as a cycle until some later collection,
             # perhaps inside the next loader's forked workers, whose copy of it cannot stop its workers
             self._requests = _Requests(slots, weakref.WeakMethod(wait_slot) if wait_slot else None)
             workers = self.num_workers
-            decoders = _decoders(self.dataset) if self.dataset.decode == "cpu" and workers else ()
+            decoders = _decoders(self.dataset) if self.place == "cpu" and workers else ()
             context = self.multiprocessing_context or _worker_context()
             if isinstance(context, str):
                 context = multiprocessing.get_context(context)
@@ -172,7 +177,7 @@ class Loader:
             self._batches_loader = DataLoader(
                 source, sampler=self._requests, batch_size=None, collate_fn=_identity, num_workers=workers,
                 prefetch_factor=self.prefetch_factor if workers else None, persistent_workers=workers > 0,
-                worker_init_fn=init, pin_memory=self.dataset.decode == "cpu" and self._device.cuda,
+                worker_init_fn=init, pin_memory=self.place == "cpu" and self._device.cuda,
                 multiprocessing_context=context if workers else None,
                 timeout=_poll_interval(self.timeout) if workers else 0,
             )
@@ -209,8 +214,8 @@ class Loader:
             except BaseException as error:
                 first_batch["error"] = error
 
-        source = _BatchSource(self.dataset, self.geometry, self.order.seed, self.on_error == "skip", self.finish,
-                              self._ring)
+        source = _BatchSource(self.dataset, self.place, self.geometry, self.order.seed,
+                              self.on_error == "skip", self.finish, self._ring)
         slot = first % slots if slots else 0
         if wait_slot is not None:
             wait_slot(slot)

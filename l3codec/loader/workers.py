@@ -12,7 +12,6 @@ from torch.utils.data import DataLoader, Dataset, get_worker_info
 from .. import codec
 from .. import staging as stage
 from ..format import L3Error
-from .. import fields
 from ..lifeline import watch_owner
 from .dataset import L3Dataset, _one_numba_thread
 from .finish import Finish, region_view, replace_bad_samples
@@ -40,8 +39,9 @@ def _identity(batch):
 class _BatchSource(Dataset):
     """What DataLoader workers run: one whole batch per request (epoch, number, slot, indices)."""
 
-    def __init__(self, dataset: L3Dataset, geometry, seed: int, skip_bad: bool, finish: Finish, ring):
-        self.reader, self.fields, self.decode = dataset.reader, dataset.fields, dataset.decode
+    def __init__(self, dataset: L3Dataset, place: str, geometry, seed: int, skip_bad: bool, finish: Finish,
+                 ring):
+        self.reader, self.fields, self.decode = dataset.reader, dataset.fields, place
         self.verify, self.geometry, self.seed, self.skip_bad = dataset.verify, geometry, seed, skip_bad
         self.max_pixels = dataset.max_pixels
         self.finish, self.ring = finish, ring  # ring: shared (slots, bytes) uint8 staging buffers (GPU path)
@@ -225,8 +225,8 @@ def _decoders(dataset) -> tuple:
     reader, needed = dataset.reader, set()
     image_mode = reader.manifest.get("options", {}).get("mode", "compact")
     label_mode = reader.manifest.get("options", {}).get("label_mode", "compact")
-    for name in dataset.fields:
-        mode = label_mode if fields.field(name).is_label else image_mode
+    for name, spec in dataset.field_specs.items():
+        mode = label_mode if spec.is_label else image_mode
         for bits in np.unique(reader.index[f"{name}_bits"]).tolist():
             needed.add((mode, int(bits), 3 if name == "image" else 1))
     return tuple(sorted(needed))
