@@ -214,12 +214,12 @@ def step_tree(check) -> dict:
 def make_loader(check, dataset: pathlib.Path, path: str, workers: int, batch: int):
     """A Loader of the converted split: path "gpu" decodes on the GPU with CuPy (the stand-in: on the
     CPU), "cpu" in its workers."""
-    from l3codec.loader import L3Dataset, Loader
+    from l3codec.loader import Decode, L3Dataset, Loader, Workers
 
     if path == "gpu" and not check.stand_in:
-        return Loader(L3Dataset(dataset, decode="gpu"), batch, device="cuda", num_workers=workers, seed=1,
-                      backend="cupy")
-    return Loader(L3Dataset(dataset, decode="cpu"), batch, device="cpu", num_workers=workers, seed=1)
+        return Loader(L3Dataset(dataset), batch, decode=Decode("gpu", device="cuda", backend="cupy"),
+                      workers=Workers(workers), seed=1)
+    return Loader(L3Dataset(dataset), batch, decode=Decode("cpu"), workers=Workers(workers), seed=1)
 
 
 def run_epochs(loader, seconds: float, epochs: int) -> dict:

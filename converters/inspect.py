@@ -7,7 +7,7 @@ import hashlib
 
 import numpy as np
 
-from l3codec import dataset
+from l3codec import dataset, fields
 from l3codec.format import L3Error
 
 CHUNK = 1 << 22
@@ -79,7 +79,7 @@ def inspect(root, /, *, deep: bool = False, storage_options=None) -> dict:
                         l3codec.decode(data)
                         decoded += 1
                     except (L3Error, OSError) as error:
-                        report["problems"].append(f"{split}/{reader.key(i)}.{dataset.FIELDS[field]}: {error}")
+                        report["problems"].append(f"{split}/{reader.key(i)}.{fields.member_suffix(field)}: {error}")
         source_bytes = facts.get("source_bytes", 0)
         report["splits"][split] = {
             "samples": len(reader), "fields": list(reader.fields), "shards": len(facts.get("shards", [])),

@@ -277,12 +277,12 @@ def test_the_summary_rate_leaves_out_the_pools_start_and_says_how_long_it_took()
 LOADER_THEN_POOL = """
 import sys
 from l3codec.converters import convert
-from l3codec.loader import L3Dataset, Loader
+from l3codec.loader import Decode, L3Dataset, Loader, Workers
 
 if __name__ == "__main__":
     src, first, second = sys.argv[1:4]
     convert("folder", src, first, workers=0, progress=False)
-    assert len(list(Loader(L3Dataset(first, decode="cpu"), 2, num_workers=1, device="cpu"))) > 0
+    assert len(list(Loader(L3Dataset(first), 2, decode=Decode("cpu"), workers=Workers(1)))) > 0
     convert("folder", src, second, workers=2, shard_size=3000, progress=False)
     print("converted after the loader")
 """
