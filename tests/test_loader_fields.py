@@ -163,3 +163,21 @@ def test_the_old_keywords_still_work_for_one_version_with_a_warning(with_depth):
     assert loader.workers == Workers(0, timeout=7)
     with pytest.raises(TypeError, match="unexpected keyword"):
         Loader(legacy, 2, devices="cpu")
+
+
+def test_inspect_deep_names_a_damaged_member_of_a_declared_field(with_depth, tmp_path):
+    import shutil
+
+    from l3codec.converters.inspect import inspect
+
+    root, _ = with_depth
+    copy = tmp_path / "copy"
+    shutil.copytree(root, copy)
+    reader = container.open_dataset(copy, "train")
+    row = reader.index[1]
+    shard = copy / "train" / container.shard_name(int(row["shard"]))
+    damaged = bytearray(shard.read_bytes())
+    damaged[int(row["depth_offset"]) + int(row["depth_size"]) // 2] ^= 0x40
+    shard.write_bytes(bytes(damaged))
+    problems = inspect(copy, deep=True)["problems"]
+    assert len(problems) == 1 and problems[0].startswith(f"train/{reader.key(1)}.depth.l3: "), problems
