@@ -29,11 +29,13 @@ On disk (one directory per cache; any filesystem, /dev/shm for memory):
     DIR/<dataset id>/            id: the first 16 hex digits of SHA-256 of the dataset's manifest
         about.json               the dataset's root, for `l3 cache`
         <split>/<n>.<field>      one member of sample n: a header, then its bytes
-        counters-<owner>.json    hits, misses, inserts, refusals of one live process
+        counters@<tag>-<pid>.json  hits, misses, inserts, refusals of one live process
         counters.json            the sums of processes that ended
-        .tmp-<owner>-<random>    an insert being written, linked into place once complete
-    owner: <pid>@<namespace>, the namespace a hash of the boot and the pid namespace, so that
-    processes of other containers sharing the folder are never judged by a pid of this one's
+        .tmp-<pid>-<tag>-<random>  an insert being written, linked into place once complete
+    tag: a hash of the boot and the pid namespace, so that processes of other containers sharing
+    the folder are never judged by a pid of this one's. (Untagged counters-<pid>.json and
+    .tmp-<pid>-<random> are read as this namespace's; the tagged names keep the pid where those
+    readers look for it, or a name they do not match, so that they never judge a tagged file.)
 
     entry header (little-endian), then the split's and the field's names (UTF-8):
     +--------+--------+------------+----------------+--------------+-----------+-----------+
@@ -382,7 +384,7 @@ class SampleCache:
         self._own_process()
         for dataset, counts in self._counts.items():
             try:
-                _write_atomic_at(self._dir(dataset), f"counters-{_owner()}.json", json.dumps(counts).encode(),
+                _write_atomic_at(self._dir(dataset), f"counters@{_namespace()}-{os.getpid()}.json", json.dumps(counts).encode(),
                                  self._layout)
             except (OSError, L3Error):
                 pass  # counters are informative; a cache that cannot take them still serves reads
@@ -454,8 +456,7 @@ class SampleCache:
                 self._set_usage(self._recount())
 
     def _fold_counters(self, folder: int) -> None:
-        ended = [name for name in _listdir(folder) if name.startswith("counters-") and name.endswith(".json")
-                 and _owner_ended(name[len("counters-"):-len(".json")], folder, name)]
+        ended = [name for name in _listdir(folder) if _counters_ended(folder, name)]
         if not ended:
             return
         totals = _counts_of(_read_optional(folder, "counters.json", self._layout, self.directory) or {})
@@ -477,7 +478,7 @@ class SampleCache:
         try:
             folder = self._dir(dataset, split)
         except (OSError, L3Error) as error:
-            self._failed(error)
+            self._turned_off_by(error)
             self._count(dataset, "misses")
             return None
         try:
@@ -488,7 +489,12 @@ class SampleCache:
                 return None
             try:  # a symbolic link where an entry belongs: removed, never followed
                 fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=folder)
+                replaced = stat.S_ISREG(os.fstat(fd).st_mode)  # by an entry, since: not judged here
             except OSError:
+                fd, replaced = None, True
+            if replaced:
+                if fd is not None:
+                    os.close(fd)
                 self._count(dataset, "misses")
                 return None
         # fd stays open until the entry is judged (and removed if damaged): while it is held, its
@@ -597,7 +603,9 @@ class SampleCache:
             self._count(dataset, "refused")
             return False
         except (OSError, L3Error) as error:
-            if not self._failed(error):
+            if inserted and not counted:  # linked, its bytes not counted: the usage is wrong from here
+                self._cannot_write(error)  # off; the temporary kept tells the next opener to recount
+            elif not self._turned_off_by(error):
                 self._count(dataset, "refused")
             return False
         finally:
@@ -614,7 +622,7 @@ class SampleCache:
             _write_atomic_at(folder, "about.json", json.dumps({"root": root}).encode(), self._layout)
         self._known.add(dataset)
 
-    def _failed(self, error: Exception) -> bool:
+    def _turned_off_by(self, error: Exception) -> bool:
         """True when the error turns the cache off for this process; a transient one (no space,
         no descriptors) skips this access only, said once."""
         if not (isinstance(error, OSError) and error.errno in TRANSIENT_ERRNOS):
@@ -635,12 +643,12 @@ class SampleCache:
                           "samples are read from the source", RuntimeWarning, stacklevel=4)
         self._writable = False
 
-    def _remove(self, folder: int, name: str, size: int, held: int) -> None:
-        """Unlink the damaged entry that was read (held: its open descriptor), not one another
+    def _remove(self, folder: int, name: str, size: int, held_fd: int) -> None:
+        """Unlink the damaged entry that was read (held_fd: its open descriptor), not one another
         process put there since."""
         try:
             with self._locked():
-                if _identity_at(folder, name) == _identity(os.fstat(held)) and _unlink_at(folder, name):
+                if _identity_at(folder, name) == _identity(os.fstat(held_fd)) and _unlink_at(folder, name):
                     self._set_usage(self._usage() - size)
         except (OSError, TimeoutError):
             pass
@@ -872,7 +880,7 @@ def _read_json_at(folder: int, name: str, layout: _Layout, where: str):
 def _write_temp(folder: int, data, layout: _Layout) -> str:
     """A new temporary file in folder holding data (bytes, or a list of buffers written in order):
     created O_EXCL | O_NOFOLLOW, named by the pid."""
-    name = f".tmp-{_owner()}-{secrets.token_hex(6)}"
+    name = f".tmp-{os.getpid()}-{_namespace()}-{secrets.token_hex(6)}"
     fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, layout.file_mode,
                  dir_fd=folder)
     try:
@@ -914,7 +922,21 @@ def _scandir(fd: int) -> list:
 
 
 def _stale_temp(folder: int, name: str) -> bool:
-    return name.startswith(".tmp-") and _owner_ended(name.split("-")[1], folder, name)
+    """.tmp-<pid>-<tag>-<random> (or untagged .tmp-<pid>-<random>) whose writer has ended."""
+    parts = name.split("-")
+    if parts[0] != ".tmp" or len(parts) not in (3, 4):
+        return False
+    return _owner_ended(parts[1], parts[2] if len(parts) == 4 else "", folder, name)
+
+
+def _counters_ended(folder: int, name: str) -> bool:
+    """counters@<tag>-<pid>.json (or untagged counters-<pid>.json) whose process has ended."""
+    if not name.endswith(".json"):
+        return False
+    if name.startswith("counters@"):
+        tag, _, pid = name[len("counters@"):-len(".json")].partition("-")
+        return _owner_ended(pid, tag, folder, name)
+    return name.startswith("counters-") and _owner_ended(name[len("counters-"):-len(".json")], "", folder, name)
 
 
 @functools.lru_cache(maxsize=1)
@@ -929,18 +951,15 @@ def _namespace() -> str:
         pid_namespace = os.readlink("/proc/self/ns/pid")
     except OSError:
         pid_namespace = "?"
+    if "?" in (boot_id, pid_namespace):  # unknown: a tag of this process alone (its files left a day)
+        return "x" + secrets.token_hex(4)
     return hashlib.blake2s(f"{boot_id}/{pid_namespace}".encode(), digest_size=4).hexdigest()
 
 
-def _owner() -> str:
-    return f"{os.getpid()}@{_namespace()}"
-
-
-def _owner_ended(owner: str, folder: int, name: str) -> bool:
-    """Whether the process that named a file (owner: pid@namespace, or a bare pid from before
-    namespaces were named) has ended: by its pid in this namespace, by age in another."""
-    pid, _, namespace = owner.partition("@")
-    if not namespace or namespace == _namespace():
+def _owner_ended(pid: str, tag: str, folder: int, name: str) -> bool:
+    """Whether the process that named a file has ended: by its pid in this namespace (tag "" for
+    an untagged name), by the file's age in another."""
+    if not tag or tag == _namespace():
         return not _pid_alive(_number(pid))
     try:
         age = time.time() - os.stat(name, dir_fd=folder, follow_symlinks=False).st_mtime

@@ -96,7 +96,7 @@ PAUSED_INSERTER = textwrap.dedent("""
     root, directory, capacity, marker, go = sys.argv[1:6]
     real_enter = cache._Lock.__enter__
     def enter_when_told(lock):  # an insert waits with its bytes written, before taking the lock
-        if glob.glob(os.path.join(directory, "*", f".tmp-{os.getpid()}@*")) and not os.path.exists(go):
+        if glob.glob(os.path.join(directory, "*", f".tmp-{os.getpid()}-*")) and not os.path.exists(go):
             open(marker, "w").close()
             while not os.path.exists(go):
                 time.sleep(0.01)

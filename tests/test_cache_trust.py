@@ -404,6 +404,28 @@ def test_a_remote_member_damaged_at_its_source_is_not_cached_and_read_whole_once
         server.close()
 
 
+def test_a_full_disk_after_an_entry_is_linked_turns_inserts_off_and_leaves_the_recount_marker(dataset, tmp_path,
+                                                                                            monkeypatch):
+    """The entry is in place but the usage could not be written: later inserts would count from a
+    wrong usage, so this process stops inserting and keeps its temporary, which makes the next
+    process to open the cache after this one recount."""
+    import errno
+
+    local = open_dataset(dataset, "train")
+    cache = SampleCache(tmp_path / "c", "10MB")
+
+    def full(self, value):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(SampleCache, "_set_usage", full)
+    with pytest.warns(RuntimeWarning, match="cannot write"):
+        assert not cache.put(local.dataset_id, "train", 0, "image", local.read(0, "image"))
+    monkeypatch.undo()
+    folder = tmp_path / "c" / local.dataset_id
+    assert (folder / "train" / "0.image").exists() and list(folder.glob(".tmp-*"))
+    assert not cache.put(local.dataset_id, "train", 1, "image", local.read(1, "image"))
+
+
 def test_files_of_a_process_in_another_pid_namespace_are_judged_by_age_not_by_a_pid_of_ours(dataset, tmp_path):
     """A cache folder shared by containers: a pid written by another pid namespace names nothing
     here (dead here, it may be writing there), so its temporaries and counters stay for a day."""
@@ -417,10 +439,10 @@ def test_files_of_a_process_in_another_pid_namespace_are_judged_by_age_not_by_a_
     dead = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                               text=True, check=True).stdout)
     foreign = "0badf00d" if cache_module._namespace() != "0badf00d" else "0badf00e"
-    writing = folder / f".tmp-{dead}@{foreign}-0123456789ab"  # its insert, being written there
-    counting = folder / f"counters-{dead}@{foreign}.json"
-    abandoned = folder / f".tmp-{dead}@{foreign}-ba9876543210"
-    ours_dead = folder / f".tmp-{dead}@{cache_module._namespace()}-00aa00aa00aa"
+    writing = folder / f".tmp-{dead}-{foreign}-0123456789ab"  # its insert, being written there
+    counting = folder / f"counters@{foreign}-{dead}.json"
+    abandoned = folder / f".tmp-{dead}-{foreign}-ba9876543210"
+    ours_dead = folder / f".tmp-{dead}-{cache_module._namespace()}-00aa00aa00aa"
     for path in (writing, counting, abandoned, ours_dead):
         path.write_bytes(b"{}")
     two_days_ago = time.time() - 2 * 24 * 3600
@@ -430,6 +452,23 @@ def test_files_of_a_process_in_another_pid_namespace_are_judged_by_age_not_by_a_
     assert writing.exists() and counting.exists()
     assert not abandoned.exists() and not ours_dead.exists()
     assert not (folder / "counters.json").exists()  # the foreign counters not folded while it may run
+
+
+def test_the_previous_release_reads_a_tagged_temporary_by_its_pid_and_skips_tagged_counters(dataset, tmp_path):
+    """A cache shared with processes of the previous release (a rolling upgrade): they read the pid
+    of .tmp-<pid>-... as the second field and fold counters-<pid>.json; a tagged name must give
+    them this live process's pid, and tagged counters must not match their pattern."""
+    import l3codec.cache as cache_module
+
+    local = open_dataset(dataset, "train")
+    cache = SampleCache(tmp_path / "c", "10MB")
+    folder = cache._dir(local.dataset_id)
+    temp = cache_module._write_temp(folder, b"x", cache._layout)
+    assert int(temp.split("-")[1]) == os.getpid()  # the previous release: alive, kept
+    cache._count(local.dataset_id, "hits")
+    cache.flush_counters()
+    names = os.listdir(tmp_path / "c" / local.dataset_id)
+    assert [n for n in names if n.startswith("counters")] and not [n for n in names if n.startswith("counters-")]
 
 
 # -- 10: what killed jobs leave -------------------------------------------------------------------
@@ -482,7 +521,7 @@ def test_opening_the_cache_cleans_what_sigkilled_inserts_and_ended_processes_lef
     SampleCache(directory, "10MB")
     readers = [subprocess.Popen([sys.executable, "-c", READ_FLUSH_AND_WAIT, str(dataset), str(directory), str(go)])
                for _ in range(3)]
-    wait_for(lambda: len(list(folder.glob("counters-*.json"))) == 3, readers)
+    wait_for(lambda: len(list(folder.glob("counters@*.json"))) == 3, readers)
     killed = subprocess.Popen([sys.executable, "-c", KILLED_INSIDE_USAGE, str(dataset), str(directory), str(marker)])
     wait_for(marker.exists, [killed])
     go.touch()
@@ -492,7 +531,7 @@ def test_opening_the_cache_cleans_what_sigkilled_inserts_and_ended_processes_lef
     entries_bytes = sum(p.stat().st_size for p in (folder / "train").iterdir())
     leftovers = [p for p in [*directory.iterdir(), *folder.iterdir()] if p.name.startswith(".tmp-")
                  or p.name.endswith(".partial")]
-    assert leftovers and len(list(folder.glob("counters-*.json"))) == 3
+    assert leftovers and len(list(folder.glob("counters@*.json"))) == 3
     assert int((directory / "usage").read_text()) != entries_bytes  # drifted: the last entry not counted
 
     reader = open_dataset(dataset, "train", cache=SampleCache(directory, "10MB"))
@@ -501,7 +540,7 @@ def test_opening_the_cache_cleans_what_sigkilled_inserts_and_ended_processes_lef
     assert not [p for p in [*directory.iterdir(), *folder.iterdir()] if p.name.startswith(".tmp-")
                 or p.name.endswith(".partial")]
     assert int((directory / "usage").read_text()) == entries_bytes
-    assert not list(folder.glob("counters-*.json"))
+    assert not list(folder.glob("counters@*.json"))
     folded = json.loads((folder / "counters.json").read_text())
     assert folded["hits"] + folded["misses"] == 3 * 4 and folded["inserts"] == 4
     facts = cache_report(directory)["datasets"][local.dataset_id]
