@@ -373,11 +373,12 @@ class DatasetLocation:
         self.timeout, self.retries = float(timeout), retries
         self.max_in_flight = MAX_IN_FLIGHT  # concurrent range requests of read_many (remote)
         self._fs, self._pid = None, os.getpid()
+        self._sync_reader = None  # a filesystem without coroutines: its one reading thread
 
     def _own_process(self) -> None:
         """After fork, forget the parent's connections."""
         if self._pid != os.getpid():
-            self._fs, self._pid = None, os.getpid()
+            self._fs, self._pid, self._sync_reader = None, os.getpid(), None
 
     def _filesystem(self):
         self._own_process()
@@ -445,7 +446,9 @@ class DatasetLocation:
 
                 got = sync(fs.loop, _fetch_concurrently, fs, batch, self.timeout, self.max_in_flight)
             else:
-                got = _fetch_in_threads(fs, batch, self.timeout, self.max_in_flight)
+                if self._sync_reader is None:
+                    self._sync_reader = _SyncReader(self.root)
+                got = self._sync_reader.fetch(fs, batch, self.timeout)
             failed = []
             for k, (url, start, end), data in zip(pending, batch, got):
                 wanted = None if start is None else end - start
@@ -589,7 +592,7 @@ class DatasetReader(DatasetLocation):
 
     def __getstate__(self):
         state = dict(self.__dict__)
-        state["_maps"], state["_misplaced"], state["_fs"] = {}, {}, None
+        state["_maps"], state["_misplaced"], state["_fs"], state["_sync_reader"] = {}, {}, None, None
         if not self.remote:
             state["index"] = None  # reopened (memory-mapped) on arrival
         return state
@@ -754,24 +757,37 @@ def _range_or_error(fs, url, start, end):
         return error
 
 
-def _fetch_in_threads(fs, ranges: list, timeout: float, limit: int) -> list:
-    """A filesystem without coroutines: its bytes (or exception) for each (url, start, end), in
-    waves of at most limit threads, each wave waited for at most timeout seconds; a request still
-    unanswered gives TimeoutError (its thread cannot be stopped: a daemon, left to end alone)."""
-    results = [TimeoutError()] * len(ranges)
+class _SyncReader:
+    """A filesystem without coroutines (ftp, sftp, a user's own class), read by one thread of its
+    own, one request at a time as the filesystem expects (several connections share one client),
+    each waited for at most timeout. A request still unanswered is left running (it cannot be
+    stopped); until it ends, later requests fail at once rather than queue behind it, so that a
+    dead server costs one timeout and one thread, not one per request."""
 
-    def fetch(k, url, start, end):
-        results[k] = _range_or_error(fs, url, start, end)
+    def __init__(self, root: str):
+        self.root = root
+        self._stuck = None  # the thread of a request given up on, while it runs
 
-    for first in range(0, len(ranges), limit):
-        wave = [threading.Thread(target=fetch, args=(k, *ranges[k]), daemon=True, name="l3-remote-read")
-                for k in range(first, min(first + limit, len(ranges)))]
-        for thread in wave:
-            thread.start()
-        deadline = time.monotonic() + timeout
-        for thread in wave:
-            thread.join(max(0.0, deadline - time.monotonic()))
-    return list(results)
+    def fetch(self, fs, ranges: list, timeout: float) -> list:
+        results = []
+        for url, start, end in ranges:
+            if self._stuck is not None and self._stuck.is_alive():
+                results.append(TimeoutError())
+                continue
+            answer = []
+            thread = threading.Thread(target=lambda: answer.append(_range_or_error(fs, url, start, end)),
+                                      daemon=True, name="l3-remote-read")  # daemon: exit never waits on it
+            try:
+                thread.start()
+            except RuntimeError as error:  # no thread to be had (a process limit)
+                raise L3Error(f"{self.root}: cannot start a remote read ({error})") from None
+            thread.join(timeout)
+            if thread.is_alive():
+                self._stuck = thread
+                results.append(TimeoutError())
+            else:
+                results.append(answer[0])
+        return results
 
 
 async def _fetch_concurrently(fs, ranges: list, timeout: float, limit: int) -> list:

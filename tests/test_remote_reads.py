@@ -166,8 +166,9 @@ def test_lost_and_wrong_s3_endpoints_give_one_l3error_naming_url_and_range(datas
 
 
 def test_a_filesystem_without_coroutines_is_bounded_by_the_timeout_too(dataset):
-    """A synchronous fsspec filesystem (sftp, hdfs, a user's own) used to be read one range at a
-    time 'as long as it takes': a stalled request now gives the same L3Error as an async one."""
+    """A synchronous fsspec filesystem (ftp, sftp, a user's own): one reading thread, each request
+    bounded by the timeout, the same L3Error as an async one; a stalled server holds one thread,
+    not one per request."""
     fsspec = pytest.importorskip("fsspec")
     from fsspec.implementations.local import LocalFileSystem
 
@@ -198,4 +199,7 @@ def test_a_filesystem_without_coroutines_is_bounded_by_the_timeout_too(dataset):
                                       r"\(after 2 attempts\)$"):
         remote.read(0, "image")
     assert time.monotonic() - started < 2  # two 0.3 s waits and a 0.2 s pause, not 2 x 5 s
+    got = remote.read_many(wanted)  # every range fails at once while the stalled request runs
+    assert all(isinstance(g, L3Error) for g in got)
+    assert sum(t.name == "l3-remote-read" for t in threading.enumerate()) == 1
     stalled.clear()
