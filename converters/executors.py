@@ -157,10 +157,16 @@ def _stop_signals_held():
     try:
         yield
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
-        if caught:
-            signal.raise_signal(caught[0])
+        try:  # nested: a signal handled between the two restores cannot skip the second
+            signal.signal(signal.SIGINT, _handler(previous[signal.SIGINT]))
+        finally:
+            signal.signal(signal.SIGTERM, _handler(previous[signal.SIGTERM]))
+        if caught:  # a SIGTERM held with a SIGINT is the one delivered: the run was ended from outside
+            signal.raise_signal(signal.SIGTERM if signal.SIGTERM in caught else signal.SIGINT)
+
+
+def _handler(previous):
+    return signal.SIG_DFL if previous is None else previous
 
 
 def _start_forkserver() -> None:

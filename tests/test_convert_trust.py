@@ -333,6 +333,27 @@ def test_a_stop_signal_while_the_pool_starts_a_worker_arrives_after_it():
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
+def test_sigint_and_sigterm_held_together_deliver_sigterm_and_both_handlers_come_back():
+    from l3codec.converters.executors import _stop_signals_held
+
+    class Terminated(Exception):
+        pass
+
+    def terminated(number, frame):
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        with pytest.raises(Terminated):
+            with _stop_signals_held():
+                signal.raise_signal(signal.SIGINT)
+                signal.raise_signal(signal.SIGTERM)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        assert signal.getsignal(signal.SIGTERM) is terminated
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 @pytest.mark.processes
 def test_a_coordinator_killed_outright_leaves_no_process_behind(tmp_path):
     """SIGKILL gives the coordinator no chance to stop anything: the pool's processes (children of
