@@ -230,9 +230,9 @@ def default_steps() -> list:
         Step("frames", steps.step_frames, 120, 90),
         Step("smoke", kernels.step_smoke, 120, 60, needs_gpu=True, stand_in=True),
         Step("timings", kernels.step_timings, 120, 60, needs_gpu=True, stand_in=True),
-        Step("pytest_cupy", steps.step_pytest_cupy, 150, 75, needs_gpu=True),
         Step("tree", steps.step_tree, 90, 45),
-        Step("loader", steps.step_loader, 90, 45, needs_gpu=True, stand_in=True),
+        Step("loader", steps.step_loader, 90, 45, needs_gpu=True, stand_in=True),  # the one end-to-end check
+        Step("pytest_cupy", steps.step_pytest_cupy, 150, 75, needs_gpu=True),
         Step("ncu", kernels.step_ncu, 90, 45, needs_gpu=True, tool="ncu"),
         Step("pytest_numba", steps.step_pytest_numba, 150, 75, needs_gpu=True),
     ]
