@@ -26,6 +26,13 @@ _SCALAR_TYPES = {
 }
 _BYTE_TYPES = {"S": "char", "V": "unsigned char"}  # fixed-size byte strings: arrays of bytes
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+# names a C++ compiler (NVRTC, g++) refuses for a member though _IDENTIFIER matches them
+_RESERVED = frozenset("""alignas alignof asm auto bool break case catch char char16_t char32_t class const
+    constexpr const_cast continue decltype default delete do double dynamic_cast else enum explicit export
+    extern false float for friend goto if inline int long mutable namespace new noexcept nullptr operator
+    private protected public register reinterpret_cast return short signed sizeof static static_assert
+    static_cast struct switch template this thread_local throw true try typedef typeid typename union
+    unsigned using virtual void volatile wchar_t while""".split())
 PADDING_PREFIX = "padding_at_"  # padding members are named by their offset: padding_at_12
 
 
@@ -38,6 +45,8 @@ def _c_type(base: np.dtype, where: str) -> tuple:
     if (base.kind, base.itemsize) in _SCALAR_TYPES:
         return _SCALAR_TYPES[base.kind, base.itemsize], None, base.itemsize
     if base.kind in _BYTE_TYPES:
+        if base.itemsize == 0:
+            raise L3Error(f"{where} has no bytes ({base.str}): C has no zero-length member")
         return _BYTE_TYPES[base.kind], base.itemsize, 1
     raise L3Error(f"{where} has dtype {base.str}, which has no C type for the kernels")
 
@@ -54,7 +63,7 @@ def c_struct(name: str, dtype, origin: str) -> str:
     members, end, alignment = [], 0, 1
     for offset, field, field_dtype in fields:
         where = f"{origin} field {field!r}"
-        if not _IDENTIFIER.match(field) or field.startswith(PADDING_PREFIX):
+        if not _IDENTIFIER.match(field) or field in _RESERVED or field.startswith(PADDING_PREFIX):
             raise L3Error(f"{where}: not a C identifier, or a generated padding member's name")
         if offset < end:
             raise L3Error(f"{where} at byte {offset} overlaps the field before it (which ends at {end})")

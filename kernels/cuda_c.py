@@ -81,21 +81,27 @@ def kernel_constants() -> dict:
 
     format_kinds = [name for name, value in vars(fmt).items() if type(value) is int
                     and name.startswith(("KIND_", "STATUS_", "TRANSFORM_", "PALETTE_"))]
-    constants = {
-        **from_module(fmt, (*format_kinds, "COMPACT_BAND_ROWS", "MIN_TILE_WIDTH", "MAX_TILE_WIDTH")),
-        **from_module(batch, ("STATUS_CODE_BITS", "STATUS_BAND_BITS", "STATUS_RANK_LIMIT")),
-        **from_module(streams, ("PLANE_OWN", "PLANE_MEMBER")),
-        **from_module(compact, ("CONTEXTS", "INTERRUPT_CONTEXT", "UNARY_LIMIT", "RESET_COUNT",
-                                "INITIAL_COUNT", "ADAPT_CAP_SHIFT", "RUN_INDEX_MAX", "K_NIBBLE_BYTES")),
-        **from_module(compact, ("HEADER_BYTES",), "COMPACT_"),
-        **from_module(fast, ("GROUP_SIZE", "QSUM_BITS", "SPARSE_CODE", "POSITION_BITS", "PHASES",
-                             "FORM_SPARSE", "FORM_PACKED", "FORM_BITMAP", "FORM_RICE"), "FAST_"),
-        **from_module(lz4block, ("MIN_MATCH",), "LZ_"),
-        **from_module(huffman, ("TABLES", "LITERAL_TABLE", "TOKEN_TABLE", "OFFSET_LOW_TABLE",
-                                "OFFSET_HIGH_TABLE", "MAX_CODE_BITS", "BITMAP_BYTES", "SYMBOLS",
-                                "EXTENSION_BITS"), "LZ_"),
-        **{name: (globals()[name], f"cuda_c.{name}") for name in _LAUNCH_CONSTANTS},
-    }
+    groups = [
+        from_module(fmt, (*format_kinds, "COMPACT_BAND_ROWS", "MIN_TILE_WIDTH", "MAX_TILE_WIDTH")),
+        from_module(batch, ("STATUS_CODE_BITS", "STATUS_BAND_BITS", "STATUS_RANK_LIMIT")),
+        from_module(streams, ("PLANE_OWN", "PLANE_MEMBER")),
+        from_module(compact, ("CONTEXTS", "INTERRUPT_CONTEXT", "UNARY_LIMIT", "RESET_COUNT",
+                              "INITIAL_COUNT", "ADAPT_CAP_SHIFT", "RUN_INDEX_MAX", "K_NIBBLE_BYTES")),
+        from_module(compact, ("HEADER_BYTES",), "COMPACT_"),
+        from_module(fast, ("GROUP_SIZE", "QSUM_BITS", "SPARSE_CODE", "POSITION_BITS", "PHASES",
+                           "FORM_SPARSE", "FORM_PACKED", "FORM_BITMAP", "FORM_RICE"), "FAST_"),
+        from_module(lz4block, ("MIN_MATCH",), "LZ_"),
+        from_module(huffman, ("TABLES", "LITERAL_TABLE", "TOKEN_TABLE", "OFFSET_LOW_TABLE",
+                              "OFFSET_HIGH_TABLE", "MAX_CODE_BITS", "BITMAP_BYTES", "SYMBOLS",
+                              "EXTENSION_BITS"), "LZ_"),
+        {name: (globals()[name], f"cuda_c.{name}") for name in _LAUNCH_CONSTANTS},
+    ]
+    constants = {}
+    for group in groups:  # one C name, one source: a second would silently win in a dict merge
+        for name, entry in group.items():
+            if name in constants:
+                raise fmt.L3Error(f"kernel constant {name} comes from both {constants[name][1]} and {entry[1]}")
+            constants[name] = entry
     for name, (value, _) in constants.items():
         if not -(1 << 31) <= value < 1 << 31:
             raise ValueError(f"{name} = {value} does not fit the kernels' int enumerators")

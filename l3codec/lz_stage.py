@@ -99,9 +99,9 @@ def plan(plans, data, stream_base, stream_starts, stream_ends, *, band_bits: int
     the CPU decoder does. A record's status_rank is its stream's rank, index << band_bits
     (batch.status_key)."""
     records, streams = [], []
-    for item, plan in enumerate(plans):
-        info = plan.info
-        used, _, _ = region_streams(info, plan.region)
+    for item, item_plan in enumerate(plans):
+        info = item_plan.info
+        used, _, _ = region_streams(info, item_plan.region)
         index = stream_base[item] + used
         starts, ends = stream_starts[index], stream_ends[index]
         present = ends > starts

@@ -113,6 +113,8 @@ def test_the_generated_static_asserts_refuse_a_struct_off_its_dtype(tmp_path):
     (np.dtype([("a", [("b", "<i8")])]), "nested record"),
     (np.dtype([("not C", "<i8")]), "not a C identifier"),
     (np.dtype([("padding_at_0", "<i8")]), "padding member"),
+    (np.dtype([("new", "<i8")]), "not a C identifier"),  # a C++ keyword
+    (np.dtype([("a", "S0"), ("b", "<i8")]), "no bytes"),
     (np.dtype("<i8"), "not a record dtype"),
 ])
 def test_c_struct_refuses_layouts_c_cannot_express(dtype, message):
