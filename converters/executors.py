@@ -175,10 +175,11 @@ def _start_forkserver() -> None:
     run beside a checkout named l3codec, with l3codec installed editable, that checkout's root
     would be imported as a namespace package l3codec without the codec, and every worker would fail.
     PYTHONSAFEPATH (Python 3.11+) leaves the current directory out.
-    It also starts ignoring SIGINT, and so does every worker it forks: Ctrl-C reaches the whole
-    process group, and one that came while the forkserver imported the codec, or before a worker's
-    initializer ran, printed their tracebacks. SIG_IGN survives exec, and Python then keeps it; the
-    coordinator ignores a Ctrl-C too for the milliseconds the forkserver takes to start."""
+    It also starts ignoring SIGINT, and so does every worker it forks (a Loader's too, where this
+    process starts one later): Ctrl-C reaches the whole process group, and only the coordinator
+    handles it, so that none of them prints a traceback while importing the codec. SIG_IGN survives
+    exec, and Python then keeps it; a Ctrl-C in the milliseconds the forkserver takes to start is
+    dropped."""
     from multiprocessing import forkserver
 
     previous = os.environ.get("PYTHONSAFEPATH")

@@ -441,8 +441,8 @@ class _Progress:
             print(text, file=sys.stderr, flush=True)
 
     def _tick(self) -> None:
-        """Before the first image the bar gets no update, and tqdm moves its clock only on one: on an
-        empty cache that kept it at 00:00 for the minute or more the workers compiled."""
+        """Before the first image the bar gets no update, and tqdm moves its clock only on one: this
+        keeps the elapsed time moving while the workers compile (a minute or more on an empty cache)."""
         if self.bar is not None and self.bar.n == 0:
             self.bar.refresh()
 
@@ -459,8 +459,7 @@ class _Progress:
         if self.bar is not None:
             if self.bar.n == 0 and images:
                 # the first images end the workers' start, which on an empty cache is most of a minute
-                # of compiling: the bar's rate, time left and MB/s count from here (from the start they
-                # showed 26 minutes left for the 35-image corpus)
+                # of compiling: the bar's rate, time left and MB/s count from here, not from the start
                 self.bar.reset()
                 self.rate_from = time.perf_counter()
             self.bar.update(images)
