@@ -8,7 +8,6 @@ or by the CPU decoder honouring the same tables (loader.host_decode_step). Tests
 """
 
 import gc
-import socket
 import warnings
 import weakref
 
@@ -18,6 +17,7 @@ from PIL import Image
 
 import l3codec
 from images import make_image
+from s3_server import S3Server
 from l3codec import format as fmt
 from stream_census import plane_streams
 
@@ -386,33 +386,14 @@ def test_decode_failures_past_the_checksum_are_caught_by_the_status(cityscapes):
     assert all(len(b["skipped"]) == 1 for b in batches)
 
 
-def _free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.mark.processes
 def test_reads_a_dataset_from_an_s3_server(cityscapes):
     """The converted dataset uploaded to a real S3-compatible server (moto, on 127.0.0.1) and read
     through fsspec/s3fs byte ranges, with two workers."""
-    pytest.importorskip("s3fs")
-    boto3 = pytest.importorskip("boto3")
-    server_module = pytest.importorskip("moto.server")
     root, frames = cityscapes
-    port = _free_port()
-    server = server_module.ThreadedMotoServer(ip_address="127.0.0.1", port=port)
-    server.start()
-    try:
-        endpoint = f"http://127.0.0.1:{port}"
-        credentials = dict(aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-east-1")
-        client = boto3.client("s3", endpoint_url=endpoint, **credentials)
-        client.create_bucket(Bucket="data")
-        for path in root.rglob("*"):
-            if path.is_file():
-                client.upload_file(str(path), "data", f"cityscapes/{path.relative_to(root).as_posix()}")
-        options = {"key": "testing", "secret": "testing", "client_kwargs": {"endpoint_url": endpoint,
-                                                                             "region_name": "us-east-1"}}
+    with S3Server() as server:  # on a port it chose: a port picked beforehand can be taken meanwhile
+        server.upload(root, "data/cityscapes")
+        options = server.options()
         for decode in ("cpu", "gpu"):
             dataset = L3Dataset("s3://data/cityscapes", storage_options=options)
             loader = Loader(dataset, 4, shuffle=False, decode=PATHS["gpu-host" if decode == "gpu" else "cpu"],
@@ -424,8 +405,6 @@ def test_reads_a_dataset_from_an_s3_server(cityscapes):
                     np.testing.assert_array_equal(batch["labelIds"][n].numpy(), _source(frames, key)[1])
                 keys += batch["key"]
             assert len(keys) == 7
-    finally:
-        server.stop()
 
 
 def test_gpu_decode_without_a_gpu_says_what_to_do(cityscapes):
