@@ -395,12 +395,12 @@ def test_an_unreachable_scheduler_is_one_line_and_writes_nothing(tmp_path, monke
     from l3codec.converters import executors
 
     folder_tree(tmp_path / "src")
-    with socket.socket() as unused:
+    monkeypatch.setattr(executors, "SCHEDULER_CONNECT_TIMEOUT_S", 2.0)
+    with socket.socket() as unused:  # bound, never listening: held so that nothing else takes the port
         unused.bind(("127.0.0.1", 0))
         port = unused.getsockname()[1]
-    monkeypatch.setattr(executors, "SCHEDULER_CONNECT_TIMEOUT_S", 2.0)
-    code = l3convert(["folder", str(tmp_path / "src"), str(tmp_path / "dst"), "--scheduler",
-                      f"tcp://127.0.0.1:{port}", "--no-progress"])
+        code = l3convert(["folder", str(tmp_path / "src"), str(tmp_path / "dst"), "--scheduler",
+                          f"tcp://127.0.0.1:{port}", "--no-progress"])
     error = capsys.readouterr().err
     assert code == 2 and error.count("\n") == 1, error
     assert f"no Dask scheduler answered at tcp://127.0.0.1:{port}" in error
