@@ -140,7 +140,9 @@ def _constant_text(value):
         items = [_constant_text(item) for item in value]
         if None in items:
             return None
-        return f"{type(value).__name__}:({','.join(sorted(items) if isinstance(value, (set, frozenset)) else items)})"
+        if isinstance(value, (set, frozenset)):
+            items.sort()
+        return f"{type(value).__name__}:({','.join(items)})"
     return None
 
 
