@@ -118,7 +118,7 @@ def test_a_constant_the_codec_reads_changes_the_key(monkeypatch):
     from l3codec import format as fmt
 
     key = jit.compile_key([cpu])
-    monkeypatch.setattr(first_use, "SIBLING_TIMEOUT_S", first_use.SIBLING_TIMEOUT_S + 1)
+    monkeypatch.setattr(first_use, "WARMUP_WAIT_S", first_use.WARMUP_WAIT_S + 1)
     monkeypatch.setattr(fmt, "VERSION", fmt.VERSION + 1)  # not read by cpu.py's compiled modules
     assert jit.compile_key([cpu]) == key
     with monkeypatch.context() as patch:
