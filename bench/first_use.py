@@ -131,17 +131,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--bits", type=int, default=8, choices=(8, 16))
     p.add_argument("--steps", action="store_true", help="CPU seconds per compiled step, first round trip")
     p.add_argument("--warmup-decoder", action="store_true",
-                   help="start a warm-up process compiling the decoder before the first encode (warmup.start)")
+                   help="start a warm-up process compiling the decoder before the first encode")
     p.add_argument("--quick-start", action="store_true", help="time the README's main job instead")
     args = p.parse_args(argv)
     if args.quick_start:
         return quick_start()
     dtype = f"uint{args.bits}"
     results = {"empty cache": [], "warm cache": []}
+    warm_decoder = args.warmup_decoder
     for _ in range(args.runs):
         with tempfile.TemporaryDirectory() as cache:
-            results["empty cache"].append(run_child(Path(cache), args.size, args.mode, dtype, args.warmup_decoder))
-            results["warm cache"].append(run_child(Path(cache), args.size, args.mode, dtype, args.warmup_decoder))
+            for label in ("empty cache", "warm cache"):
+                results[label].append(run_child(Path(cache), args.size, args.mode, dtype, warm_decoder))
     print(f"first {args.mode} round trip of a {args.size}x{args.size} {dtype} RGB image, fresh process"
           f"{' with a warm-up process for the decoder' if args.warmup_decoder else ''}, "
           f"best of {args.runs} (load average {'/'.join(f'{v:.1f}' for v in os.getloadavg())}):")
@@ -150,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {name}: round trip {best['round_trip_s']:.1f} s wall (import {best['import_s']:.1f}, "
               f"encode {best['encode_s']:.1f}, decode {best['decode_s']:.1f}), "
               f"{min(r['cpu_s'] for r in runs):.1f} s CPU (this process {min(r['own_cpu_s'] for r in runs):.1f}, "
-              f"its warm-up process {min(r['sibling_cpu_s'] for r in runs):.1f}); stderr: {best['notice'] or '(nothing)'}")
+              f"its warm-up process {min(r['sibling_cpu_s'] for r in runs):.1f}); "
+              f"stderr: {best['notice'] or '(nothing)'}")
         if args.steps:
             print("    CPU s per step: " + ", ".join(f"{k} {v:.2f}" for k, v in best["steps_cpu_s"].items()))
     return 0

@@ -334,8 +334,8 @@ def test_each_pool_worker_sets_its_own_numba_thread_and_the_coordinator_nothing(
     (tmp_path / "pool_settings.py").write_text(POOL_SETTINGS)
     env = {key: value for key, value in os.environ.items()
            if key not in ("NUMBA_NUM_THREADS", "NUMBA_THREADING_LAYER")}
-    done = subprocess.run([sys.executable, str(tmp_path / "pool_settings.py")], capture_output=True, text=True,
-                          timeout=300, cwd=tmp_path, env=env, check=True)
+    done = subprocess.run([sys.executable, str(tmp_path / "pool_settings.py")], capture_output=True,
+                          text=True, timeout=300, cwd=tmp_path, env=env, check=True)
     assert json.loads(done.stdout) == {"workers": ["1", "workqueue", 1], "coordinator_env_unchanged": True}
 
 
