@@ -14,10 +14,10 @@ Each run starts a new Python process with NUMBA_CACHE_DIR pointing at a new empt
 directory, and times, inside it, the import, the first encode and the first decode of a
 size x size RGB image (uint8, or uint16 with --bits 16); then a second process times the
 same with that cache warm. Wall time on a loaded machine says little: CPU time (user +
-system) is reported beside it, of the process and of the sibling process that compiles the
-decoder while the process compiles the encoder (first_use.py), and with --steps the CPU seconds
-of each compiled step of the first round trip (compilation included). On two idle cores the
-round trip takes about the longer of the two processes' CPU times.
+system) is reported beside it, of the process and (--warmup-decoder) of the warm-up process it
+starts to compile the decoder while it compiles the encoder (warmup.start; a verb alone starts
+none), and with --steps the CPU seconds of each compiled step of the first round trip (compilation
+included). On two idle cores that round trip takes about the longer of the two processes' CPU times.
 """
 
 from __future__ import annotations
@@ -40,9 +40,10 @@ t0 = time.perf_counter()
 import numpy as np
 import l3codec
 t1 = time.perf_counter()
-from l3codec import cpu, first_use
+from l3codec import cpu, warmup
 size, mode, dtype = int(sys.argv[1]), sys.argv[2], np.dtype(sys.argv[3])
-first_use.coordinator.siblings = sys.argv[4] == "sibling"
+if sys.argv[4] == "sibling":
+    warmup.start("decode", mode, 8 * dtype.itemsize, 3)
 steps = {}
 
 
@@ -129,27 +130,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mode", default="compact", choices=("compact", "fast"))
     p.add_argument("--bits", type=int, default=8, choices=(8, 16))
     p.add_argument("--steps", action="store_true", help="CPU seconds per compiled step, first round trip")
-    p.add_argument("--no-sibling", action="store_true",
-                   help="compile the decoder in the process too, as before the sibling (for comparison)")
+    p.add_argument("--warmup-decoder", action="store_true",
+                   help="start a warm-up process compiling the decoder before the first encode")
     p.add_argument("--quick-start", action="store_true", help="time the README's main job instead")
     args = p.parse_args(argv)
     if args.quick_start:
         return quick_start()
     dtype = f"uint{args.bits}"
     results = {"empty cache": [], "warm cache": []}
+    warm_decoder = args.warmup_decoder
     for _ in range(args.runs):
         with tempfile.TemporaryDirectory() as cache:
-            results["empty cache"].append(run_child(Path(cache), args.size, args.mode, dtype, not args.no_sibling))
-            results["warm cache"].append(run_child(Path(cache), args.size, args.mode, dtype, not args.no_sibling))
+            for label in ("empty cache", "warm cache"):
+                results[label].append(run_child(Path(cache), args.size, args.mode, dtype, warm_decoder))
     print(f"first {args.mode} round trip of a {args.size}x{args.size} {dtype} RGB image, fresh process"
-          f"{' without a sibling' if args.no_sibling else ''}, "
+          f"{' with a warm-up process for the decoder' if args.warmup_decoder else ''}, "
           f"best of {args.runs} (load average {'/'.join(f'{v:.1f}' for v in os.getloadavg())}):")
     for name, runs in results.items():
         best = min(runs, key=lambda r: r["round_trip_s"])
         print(f"  {name}: round trip {best['round_trip_s']:.1f} s wall (import {best['import_s']:.1f}, "
               f"encode {best['encode_s']:.1f}, decode {best['decode_s']:.1f}), "
               f"{min(r['cpu_s'] for r in runs):.1f} s CPU (this process {min(r['own_cpu_s'] for r in runs):.1f}, "
-              f"its sibling {min(r['sibling_cpu_s'] for r in runs):.1f}); stderr: {best['notice'] or '(nothing)'}")
+              f"its warm-up process {min(r['sibling_cpu_s'] for r in runs):.1f}); "
+              f"stderr: {best['notice'] or '(nothing)'}")
         if args.steps:
             print("    CPU s per step: " + ", ".join(f"{k} {v:.2f}" for k, v in best["steps_cpu_s"].items()))
     return 0

@@ -45,7 +45,15 @@ def _init_pool_process(queue, coordinator: int, warm: tuple = (), notice=None) -
     watch_owner(coordinator, "coordinator-watch")
     # Ctrl-C reaches the whole process group: the coordinator handles it and stops the workers.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # One Numba thread per process, so N processes use N cores and do not oversubscribe them.
+    _one_numba_thread()
+    _compile_ahead(warm)
+
+
+def _one_numba_thread() -> None:
+    """One Numba thread in this worker, so N workers use N cores and do not oversubscribe them. Set
+    here, in the worker before its first task, never in the coordinator or at an import: Numba reads
+    NUMBA_NUM_THREADS again at each compile, and one changed in a process whose Numba threads have
+    started fails that compile ('Cannot set NUMBA_NUM_THREADS ... once the threads have been launched')."""
     if "numba" in sys.modules:
         # the forkserver was started by another of its users (the Loader) and imported numba with
         # its own thread count: NUMBA_NUM_THREADS changed now fails the next compile (RuntimeError)
@@ -53,10 +61,12 @@ def _init_pool_process(queue, coordinator: int, warm: tuple = (), notice=None) -
 
         _numba_start_lock_without_semaphore()
         numba.set_num_threads(1)
-    else:
-        os.environ["NUMBA_NUM_THREADS"] = "1"
-        _numba_start_lock_without_semaphore()
-    _compile_ahead(warm)
+        return
+    os.environ["NUMBA_NUM_THREADS"] = "1"  # before numba is imported: the thread count it starts with
+    # GNU OpenMP (Numba's usual layer here) aborts a forked child; the workqueue layer survives fork, and
+    # one thread per process never needs the others' thread safety
+    os.environ["NUMBA_THREADING_LAYER"] = "workqueue"
+    _numba_start_lock_without_semaphore()
 
 
 def _numba_start_lock_without_semaphore() -> None:
@@ -114,7 +124,8 @@ class InlineExecutor:
 
 class PoolExecutor:
     """A local process pool. Workers fork from a forkserver (not from the coordinator, which runs threads)
-    that has loaded the codec once (pool_warmup), so each starts with it."""
+    that has imported the codec once (pool_warmup), so each starts with it, then sets its own Numba
+    thread count (_one_numba_thread)."""
 
     parallel = True
 

@@ -1,13 +1,7 @@
-"""Imported once by the pool's forkserver, before it forks any worker: one Numba thread per process
-and the codec imported once, so every worker forked from the server starts with it. What the tasks
-compile is compiled by the workers themselves, one function per worker at a time
-(executors._compile_ahead). Importing this module is its whole job."""
+"""Imported once by the pool's forkserver, before it forks any worker: the codec imported once, so
+every worker forked from the server starts with it. It sets nothing: each worker sets its own
+Numba thread count and threading layer when it starts (executors._one_numba_thread), in its own
+process, before it imports Numba; what the tasks compile is compiled by the workers themselves,
+one function per worker at a time (executors._compile_ahead)."""
 
-import os
-
-os.environ["NUMBA_NUM_THREADS"] = "1"  # before numba is imported: no helper threads to fork
-# GNU OpenMP (Numba's usual layer here) aborts a forked child; the workqueue layer survives fork, and one
-# thread per process never needs the others' thread safety
-os.environ["NUMBA_THREADING_LAYER"] = "workqueue"
-
-import l3codec  # noqa: E402
+import l3codec  # noqa: F401 - imported for the workers to inherit

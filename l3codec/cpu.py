@@ -3,9 +3,9 @@
 The per-stream, per-row and per-sample logic lives in the mode modules; here it is
 compiled with ``numba.njit`` into nogil drivers over ranges of tiles, which a Python thread
 pool runs on ``numba.get_num_threads()`` threads. Each driver compiles on
-first use for the dtypes it meets, one mode at a time, into Numba's on-disk cache, keyed on
-every source it compiles (jit.cached_njit); an encode that compiles has a sibling process
-compile the matching decoder meanwhile (first_use.py).
+first use for the dtypes it meets, one mode at a time, in the calling process, into Numba's
+on-disk cache, keyed on what it compiles (jit.compile_key); a warm-up compiles ahead in
+processes of its own (warmup.py, first_use.py).
 """
 
 from __future__ import annotations

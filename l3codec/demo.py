@@ -110,7 +110,7 @@ def run(directory: str, *, workers: int = 2, seed: int = 0, out=None) -> int:
         for channels, bits in ((3, 8), (1, 8), (1, 16)):
             step_started = time.perf_counter()
             warmup.exercise(verb, "compact", bits, channels)
-            if first_use.coordinator.misses > misses:  # compiling (a decoder may be a sibling's): how far it is
+            if first_use.coordinator.misses > misses:  # compiling: how far it is
                 print(f"l3codec: the {first_use.described((verb, 'compact', bits, channels))} is ready "
                       f"({time.perf_counter() - step_started:.1f} s)", file=sys.stderr, flush=True)
     timings["compile the codec (or load it from the cache)"] = time.perf_counter() - started

@@ -1,15 +1,18 @@
-"""First use of the CPU codec: who compiles what, while the user waits.
+"""First use of the CPU codec: what compiles where, and the one line that says so.
 
-A verb compiles, on first use, the drivers for its mode and dtype into Numba's on-disk cache
-(cpu.py). With an empty cache the encoder takes the most, then the decoder; on a machine with
-two cores they can compile side by side. So when an encode misses the cache, :data:`coordinator`
-starts a *sibling* process that compiles the matching decoder meanwhile, and the process's first
-decode of that type waits for it and then loads from the cache.
+A verb compiles, on its first use in a process, the drivers for its mode and dtype, in the calling
+process, into Numba's on-disk cache (cpu.py), after one line on stderr (:data:`NOTICE`). A verb never
+starts a process. Compiling ahead happens in one visible place, the warm-up (warmup.py:
+``python -m l3codec.warmup``, or warmup.start from Python), whose child processes each hold a lock
+file in the cache folder while they compile one verb of one type.
 
-A sibling holds a lock file in the cache folder while it compiles, so that several processes
-starting at once compile each decoder once; the lock is the OS's (flock), released when the
-sibling ends, however it ends. This module starts processes and takes locks; what a sibling runs
-is warmup.child_main, named only as text, so nothing here imports the codec.
+Why the locks: several processes may want the same compilation at once (a warm-up still running when
+the user's first call comes, `l3 encode` run in parallel after a warm-up started). The first call of
+a verb and type in a process therefore waits for any process holding that lock, then loads what it
+cached rather than compile it a second time (:meth:`FirstUse.starting`). The lock is the OS's (flock),
+released when its holder ends, however it ends; a hung holder costs :data:`WARMUP_WAIT_S` at most, then
+the process compiles for itself. This module takes locks and names what compiles; it imports nothing
+of the codec.
 """
 
 from __future__ import annotations
@@ -24,12 +27,10 @@ import time
 
 try:
     import fcntl
-except ImportError:  # not a POSIX system: no siblings, each process compiles what it uses
+except ImportError:  # not a POSIX system: no locks, each process compiles what it uses
     fcntl = None
 
-SIBLING_TIMEOUT_S = 300  # then the waiting process compiles for itself: a hung sibling costs time, not the run
-# set in a sibling's environment: a sibling starts no siblings of its own
-NO_SIBLINGS_VARIABLE = "L3CODEC_NO_SIBLINGS"
+WARMUP_WAIT_S = 300  # then the waiting process compiles for itself: a hung warm-up costs time, not the run
 CHILD_PROGRAM = "import sys; from l3codec.warmup import child_main; sys.exit(child_main(sys.argv[1:]))"
 NOTICE = ("l3codec: compiling the CPU codec{what} (first use: 5-25 s per verb, mode and dtype on an idle 2-core "
           "machine, minutes on a busy one; cached afterwards; python -m l3codec.warmup compiles ahead)")
@@ -66,40 +67,20 @@ def numba_cache_dir() -> str:
 
 
 def start_child(verb: str, mode: str, bits: int, channels: int, lock: pathlib.Path, cache_dir: str,
-                program: str = CHILD_PROGRAM, **options) -> subprocess.Popen:
-    """A child process running warmup.child_main, with this copy of l3codec first on its path and
-    this process's Numba cache folder (the child's cache locator then finds the same folder)."""
+                program: str | None = None, **options) -> subprocess.Popen:
+    """A warm-up child process running warmup.child_main, with this copy of l3codec first on its path
+    and this process's Numba cache folder (the child's cache locator then finds the same folder)."""
     package_root = str(pathlib.Path(__file__).resolve().parent.parent)
     path = os.environ.get("PYTHONPATH")
     env = dict(os.environ, PYTHONPATH=package_root + (os.pathsep + path if path else ""))
-    env[NO_SIBLINGS_VARIABLE] = "1"
     if cache_dir:
         env["NUMBA_CACHE_DIR"] = cache_dir
-    return subprocess.Popen([sys.executable, "-c", program, verb, mode, str(bits), str(channels), str(lock)],
-                            env=env, stdin=subprocess.DEVNULL, **options)
+    arguments = [verb, mode, str(bits), str(channels), str(lock)]
+    return subprocess.Popen([sys.executable, "-c", program or CHILD_PROGRAM, *arguments], env=env,
+                            stdin=subprocess.DEVNULL, **options)
 
 
-class Sibling:
-    """A child process compiling one verb into the cache (reaped by a thread, so never a zombie)."""
-
-    def __init__(self, process: subprocess.Popen, lock: pathlib.Path):
-        self.process, self.lock = process, lock
-        threading.Thread(target=self.process.wait, name="l3codec-sibling-reaper", daemon=True).start()
-
-    def wait(self, timeout: float = SIBLING_TIMEOUT_S) -> None:
-        """Until the sibling, or any process holding its lock, has finished (or timeout): what it
-        cached then loads; whatever it did not (it died, it was killed), this process compiles."""
-        deadline = time.monotonic() + timeout
-        try:
-            self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-            return
-        wait_for_lock(self.lock, deadline - time.monotonic())  # it may have found another process at it
-
-
-def wait_for_lock(lock: pathlib.Path, timeout: float = SIBLING_TIMEOUT_S) -> None:
+def wait_for_lock(lock: pathlib.Path, timeout: float = WARMUP_WAIT_S) -> None:
     """Until no process holds lock (or timeout); at once if there is no such file."""
     deadline = time.monotonic() + timeout
     try:
@@ -120,24 +101,19 @@ def wait_for_lock(lock: pathlib.Path, timeout: float = SIBLING_TIMEOUT_S) -> Non
 
 
 class FirstUse:
-    """What this process's verbs are doing, and the siblings it started for them.
+    """What this process's verbs are doing: for the compile notice, and to wait for a warm-up.
 
     The verbs call :meth:`starting` before their CPU steps; the drivers' cache calls
     :meth:`cache_missed` before it compiles. The verb is a context variable, which the drivers'
     thread pool carries into its threads (cpu._in_parallel): a cache miss sees the verb of the
     call that caused it, never what another thread is doing meanwhile.
-
-    siblings: False in a sibling (and where the environment says so), or to measure without them.
-    program: what a sibling runs (a test can make it fail).
     """
 
-    def __init__(self, siblings: bool = True, program: str = CHILD_PROGRAM):
-        self.siblings = siblings
-        self.program = program
+    def __init__(self):
         self._lock = threading.Lock()
         self._verb = contextvars.ContextVar(f"l3codec_verb_{id(self)}", default=None)
-        self._started = {}  # (mode name, bits) -> Sibling compiling that decoder, or None if none could start
-        self._awaited = set()  # (mode name, bits) whose first decode in this process waited for any sibling
+        self._awaited = set()  # (verb, mode name, bits) whose first call in this process waited for the lock
+        self._warming = {}  # (verb, mode name, bits) -> the warm-up process this process started for it
         self._announced = False
         self._shared_notice = None
         self._write_notice = None  # where NOTICE goes instead of stderr (share_notice)
@@ -165,56 +141,43 @@ class FirstUse:
         else:
             print(notice(self._verb.get()), file=sys.stderr, flush=True)
 
-    def started(self) -> dict:
-        """{(mode name, bits): Sibling or None} of the decoders this process started siblings for."""
+    def holding(self, verb: str, mode: str, bits: int) -> None:
+        """This process holds the warm-up lock of (verb, mode, bits) (warmup.child_main): its own
+        first call of that kind must not wait for it."""
         with self._lock:
-            return dict(self._started)
+            self._awaited.add((verb, mode, bits))
+
+    def warming(self, verb: str, mode: str, bits: int, process: subprocess.Popen) -> None:
+        """This process started process to compile (verb, mode, bits) (warmup.start): its first call
+        of that kind waits for it, even if it has not taken its lock yet."""
+        with self._lock:
+            self._warming[(verb, mode, bits)] = process
 
     def starting(self, verb: str, mode: str, bits: int, channels: int, cache_path) -> None:
-        """Before a verb's CPU steps. Before the first decode of a mode and dtype: wait for a sibling
-        compiling that decoder (this process's, or another's: `l3 encode` ends before its sibling
-        does), so that it loads from the cache rather than compile twice. cache_path: a callable
-        giving the drivers' cache folder (None if there is none), called only when it is needed."""
+        """Before a verb's CPU steps. Before its first call of a verb, mode and dtype: wait for any
+        process compiling that (a warm-up child holding its lock), so that it loads from the cache
+        rather than compile twice. cache_path: a callable giving the drivers' cache folder (None if
+        there is none), called only when it is needed."""
         self._verb.set((verb, mode, bits, channels))
-        if verb != "decode" or not self.siblings:
-            return
         with self._lock:
-            if (mode, bits) in self._awaited:
+            if (verb, mode, bits) in self._awaited:
                 return
-            self._awaited.add((mode, bits))
-            sibling = self._started.get((mode, bits))
-        if sibling is not None:
-            sibling.wait()
-        elif fcntl is not None and (folder := cache_path()) is not None:
-            wait_for_lock(lock_path(folder, "decode", mode, bits))
+            self._awaited.add((verb, mode, bits))
+            process = self._warming.pop((verb, mode, bits), None)
+        deadline = time.monotonic() + WARMUP_WAIT_S
+        if process is not None:
+            try:
+                process.wait(WARMUP_WAIT_S)
+            except subprocess.TimeoutExpired:
+                process.kill()  # hung: this process compiles for itself
+                return
+        if fcntl is not None and (folder := cache_path()) is not None:
+            wait_for_lock(lock_path(folder, verb, mode, bits), deadline - time.monotonic())
 
     def cache_missed(self, folder: str) -> None:
-        """The drivers' cache (in folder) missed. For an encode, start a sibling compiling its
-        decoder meanwhile, on the other core: a round trip's two compilations then take about as
-        long as the longer one. A decode starts none: processes that decode first (loader workers,
-        `l3 decode`) rarely encode."""
+        """The drivers' cache (in folder) missed: this process compiles, after the notice."""
         self.misses += 1
         self.announce()
-        current = self._verb.get()
-        if not self.siblings or current is None or current[0] != "encode":
-            return
-        _, mode, bits, channels = current
-        with self._lock:
-            if (mode, bits) in self._started or (mode, bits) in self._awaited:
-                return
-            self._started[(mode, bits)] = self._start_sibling("decode", mode, bits, channels, folder)
-
-    def _start_sibling(self, verb, mode, bits, channels, cache_path) -> Sibling | None:
-        """None where a sibling cannot help: no writable cache folder, no Python executable to start."""
-        if fcntl is None or not sys.executable or not writable(cache_path):
-            return None
-        lock = lock_path(cache_path, verb, mode, bits)
-        try:
-            process = start_child(verb, mode, bits, channels, lock, numba_cache_dir(), self.program,
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        except OSError:
-            return None
-        return Sibling(process, lock)
 
 
-coordinator = FirstUse(siblings=not os.environ.get(NO_SIBLINGS_VARIABLE))
+coordinator = FirstUse()

@@ -10,14 +10,16 @@ compiled code under ``numba.njit`` and ``numba.cuda.jit(device=True)`` alike.
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
-import importlib
-import importlib.util
+import os
 import pathlib
 import sys
 import types
 
 import numba
+import numpy as np
+from numba.core.dispatcher import Dispatcher
 
 
 def device(func):
@@ -58,39 +60,117 @@ def _same(a, b) -> bool:
     return a is b or (isinstance(a, (int, float, str)) and type(a) is type(b) and a == b)
 
 
-# ---------------------------------------------------------------- an on-disk cache keyed on all it compiles
+# ---------------------------------------------------------------- an on-disk cache keyed on what it compiles
 
 
-def source_files(modules) -> list:
-    """Files of modules and, transitively, of the modules of their own package they import
-    (``from . import x``, ``from .x import y``): everything whose text can change what compiles."""
-    files = {}
-    pending = [module.__name__ for module in modules]
+def _package_of(name: str) -> str:
+    return name.partition(".")[0]
+
+
+def _compiled_here(module) -> bool:
+    """Whether module defines a function that compiles: a device function or a Numba dispatcher."""
+    return any(_compiled_module_name(value) == module.__name__ for value in vars(module).values())
+
+
+def _compiled_module_name(value):
+    """The module a device function or Numba dispatcher was written in, else None."""
+    if getattr(value, "l3_device", False):
+        return value.__module__
+    py_func = getattr(value, "py_func", None)
+    if isinstance(value, Dispatcher) and py_func is not None:
+        return py_func.__module__
+    return None
+
+
+def compiled_modules(modules) -> list:
+    """modules and, transitively, the modules of their own package whose functions they compile or
+    inline (device functions, dispatchers, modules defining either): every source whose text can
+    change what compiles. A module they merely import (first_use, format's functions) is not one."""
+    found = {module.__name__: module for module in modules}
+    pending = list(modules)
     while pending:
-        name = pending.pop()
-        module = sys.modules.get(name) or importlib.import_module(name)
-        path = getattr(module, "__file__", None)
-        if path is None or path in files:
-            continue
-        files[path] = name
-        package = module.__package__ or ""
-        for node in ast.walk(ast.parse(pathlib.Path(path).read_bytes())):
-            if isinstance(node, ast.ImportFrom) and node.level > 0:
-                base = importlib.util.resolve_name("." * node.level + (node.module or ""), package)
-                if node.module is None:  # `from . import x`: x is a submodule of the package
-                    pending += [f"{base}.{alias.name}" for alias in node.names
-                                if importlib.util.find_spec(f"{base}.{alias.name}") is not None]
-                else:
-                    pending.append(base)
-    return sorted(files)
+        module = pending.pop()
+        package = _package_of(module.__name__)
+        for value in vars(module).values():
+            if isinstance(value, types.ModuleType):
+                name = value.__name__ if _compiled_here(value) else None
+            else:
+                name = _compiled_module_name(value)
+            if name is None or name in found or _package_of(name) != package or name not in sys.modules:
+                continue
+            found[name] = sys.modules[name]
+            pending.append(found[name])
+    return [found[name] for name in sorted(found)]
 
 
-def source_digest(modules) -> str:
-    """SHA-256 over the contents of source_files(modules)."""
+def code_text(path) -> str:
+    """The code of a source file without its comments, docstrings and line numbers (ast.dump)."""
+    return _parsed(str(path))[0]
+
+
+def _parsed(path: str) -> tuple:
+    """(code_text, {(name, attribute) read as name.attribute}) of a file, parsed once per version."""
+    stat = os.stat(path)
+    return _parsed_version(path, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=64)
+def _parsed_version(path: str, mtime_ns: int, size: int) -> tuple:
+    tree = ast.parse(pathlib.Path(path).read_bytes())
+    reads = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            reads.add((node.value.id, node.attr))
+        body = getattr(node, "body", None)
+        if (isinstance(body, list) and body and isinstance(body[0], ast.Expr)
+                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree), frozenset(reads)
+
+
+def _constant_text(value):
+    """A value as Numba would freeze it, as text; None for what compiled code cannot read as a constant."""
+    if value is None or isinstance(value, (bool, int, float, complex, str, bytes)):
+        return f"{type(value).__name__}:{value!r}"
+    if isinstance(value, np.ndarray):
+        return f"ndarray:{value.dtype.str}:{value.shape}:{hashlib.sha256(value.tobytes()).hexdigest()}"
+    if isinstance(value, (np.generic, np.dtype)):
+        return f"{type(value).__name__}:{value!r}"
+    if isinstance(value, (tuple, list, set, frozenset)):
+        items = [_constant_text(item) for item in value]
+        if None in items:
+            return None
+        if isinstance(value, (set, frozenset)):
+            items.sort()
+        return f"{type(value).__name__}:({','.join(items)})"
+    return None
+
+
+def constants_text(modules) -> str:
+    """The values of the module-level constants of modules, and of those they read from other modules of
+    their package as module.NAME (fmt.STATUS_OK): Numba freezes a global's value into what it compiles."""
+    lines = []
+    for module in modules:
+        package = _package_of(module.__name__)
+        lines += [f"{module.__name__}.{name}={text}" for name, value in sorted(vars(module).items())
+                  if not name.startswith("__") and (text := _constant_text(value)) is not None]
+        for name, attribute in _parsed(module.__file__)[1]:
+            other = vars(module).get(name)
+            if isinstance(other, types.ModuleType) and _package_of(other.__name__) == package:
+                text = _constant_text(getattr(other, attribute, None))
+                if text is not None:
+                    lines.append(f"{other.__name__}.{attribute}={text}")
+    return "\n".join(sorted(set(lines)))
+
+
+def compile_key(modules) -> str:
+    """SHA-256 over the code (code_text) of compiled_modules(modules) and of this module, which compiles
+    them, and over the constants they read (constants_text)."""
+    compiled = compiled_modules(modules)
     hasher = hashlib.sha256()
-    for path in source_files(modules):
-        hasher.update(pathlib.Path(path).name.encode() + b"\0")
-        hasher.update(pathlib.Path(path).read_bytes())
+    for module in [*compiled, sys.modules[__name__]]:
+        hasher.update(f"{module.__name__}\0{code_text(module.__file__)}\0".encode())
+    hasher.update(constants_text(compiled).encode())
     return hasher.hexdigest()
 
 
@@ -98,7 +178,7 @@ _noticed = set()
 
 
 def cached_njit(modules, notice=None, on_miss=None, **options):
-    """numba.njit with an on-disk cache whose key includes source_digest(modules); notice is
+    """numba.njit with an on-disk cache whose key includes compile_key(modules); notice is
     printed to stderr, once per process, before the first compilation the cache cannot spare;
     on_miss(cache folder) is called before each.
 
@@ -107,7 +187,7 @@ def cached_njit(modules, notice=None, on_miss=None, **options):
     """
     from numba.core.caching import FunctionCache
 
-    digest = source_digest(modules)
+    digest = compile_key(modules)
 
     class SourceKeyedCache(FunctionCache):
         def _index_key(self, sig, codegen):

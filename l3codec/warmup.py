@@ -1,19 +1,24 @@
-"""Filling the CPU codec's compile cache ahead of use, in other processes.
+"""Filling the CPU codec's compile cache ahead of use, in other processes: the one place where
+compiling is started on purpose (a verb compiles only what it uses, in its own process: first_use.py).
 
-``python -m l3codec.warmup`` fills the cache for the common types (an optional install step),
-one process per verb and type, in parallel. The same child processes serve as the siblings of
-first_use.py, which compile a decoder while a first encode compiles the encoder; and
-exercise_once lets a pool's workers compile each function once between them.
+``python -m l3codec.warmup`` fills the cache for the common types (an optional install step), one
+process per verb and type, in parallel. :func:`start` starts one such process from Python (compile a
+decoder on the other core while this process compiles its encoder, say); a first call of that verb
+and type in any process then waits for it and loads from the cache. :func:`exercise_once` lets a
+pool's workers compile each function once between them.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
+import threading
 
 import numpy as np
 
+from . import first_use
 from . import format as fmt
 from .first_use import fcntl, lock_path, numba_cache_dir, start_child, writable
 
@@ -58,7 +63,7 @@ def exercise_once(verb: str, mode: str, bits: int, channels: int) -> None:
     if fcntl is None or folder is None or not writable(folder):
         exercise(verb, mode, bits, channels)
         return
-    # not the siblings' lock: the verb's own first use may wait on that one (cpu.py), and a second
+    # not the warm-up's lock: the verb's own first use may wait on that one (first_use.py), and a second
     # open file of this process would never get it while this one held it
     lock = lock_path(folder, verb, mode, bits).with_suffix(".workers.lock")
     with open(lock, "a") as file:
@@ -74,8 +79,33 @@ def child_main(argv: list[str]) -> int:
             fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return 0  # another process is compiling it; whoever waits, waits on the lock
+        first_use.coordinator.holding(verb, mode, bits)
         exercise(verb, mode, bits, channels)
     return 0
+
+
+def start(verb: str, mode: str, bits: int, channels: int = 3, **options) -> subprocess.Popen | None:
+    """Compile verb's drivers for images of mode, bits and channels into the cache in a child process,
+    beside whatever this process does; this process's first call of that verb and type waits for it,
+    then loads. None where no child can help: nothing compiles (NUMBA_DISABLE_JIT), no writable cache
+    folder, no locks (not POSIX), no Python executable. options go to subprocess.Popen (stdout=...)."""
+    import numba
+
+    from . import cpu
+
+    folder = cpu.cache_path()
+    if numba.config.DISABLE_JIT or fcntl is None or not sys.executable or not writable(folder):
+        return None
+    options.setdefault("stdout", subprocess.DEVNULL)
+    options.setdefault("stderr", subprocess.DEVNULL)
+    try:
+        lock = lock_path(folder, verb, mode, bits)
+        process = start_child(verb, mode, bits, channels, lock, numba_cache_dir(), **options)
+    except OSError:
+        return None
+    threading.Thread(target=process.wait, name="l3codec-warmup-reaper", daemon=True).start()  # never a zombie
+    first_use.coordinator.warming(verb, mode, bits, process)
+    return process
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -304,3 +304,46 @@ def test_a_pool_after_a_loader_in_one_process_compiles_in_its_workers(tmp_path):
                            str(tmp_path / "b")], capture_output=True, text=True, timeout=600, cwd=tmp_path,
                           env={**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba-cache")})
     assert done.returncode == 0 and "converted after the loader" in done.stdout, done.stderr[-3000:]
+
+
+POOL_SETTINGS = """
+import json, os
+from l3codec.converters import executors
+
+if __name__ == "__main__":  # each worker imports this file again, as l3convert's: without numba
+    import numba
+
+    before = dict(os.environ)
+    pool = executors.PoolExecutor(2)
+    futures = [pool.submit(os.getenv, "NUMBA_NUM_THREADS"), pool.submit(os.getenv, "NUMBA_THREADING_LAYER"),
+               pool.submit(numba.get_num_threads)]
+    workers = [future.result(timeout=120) for future in futures]
+    pool.shutdown()
+    print(json.dumps({"workers": workers, "coordinator_env_unchanged": dict(os.environ) == before}))
+"""
+
+
+@pytest.mark.processes
+def test_each_pool_worker_sets_its_own_numba_thread_and_the_coordinator_nothing(tmp_path):
+    """The settings are made in the worker, before its Numba starts (executors._one_numba_thread), not
+    on an import of the forkserver's preload, which once set them wherever pool_warmup was imported."""
+    import json
+    import subprocess
+    import sys
+
+    (tmp_path / "pool_settings.py").write_text(POOL_SETTINGS)
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("NUMBA_NUM_THREADS", "NUMBA_THREADING_LAYER")}
+    done = subprocess.run([sys.executable, str(tmp_path / "pool_settings.py")], capture_output=True,
+                          text=True, timeout=300, cwd=tmp_path, env=env, check=True)
+    assert json.loads(done.stdout) == {"workers": ["1", "workqueue", 1], "coordinator_env_unchanged": True}
+
+
+def test_importing_the_pools_preload_changes_no_environment(monkeypatch):
+    import importlib
+
+    from l3codec.converters import executors
+
+    before = dict(os.environ)
+    importlib.reload(importlib.import_module(f"{executors.__package__}.pool_warmup"))
+    assert dict(os.environ) == before

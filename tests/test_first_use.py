@@ -1,36 +1,40 @@
-"""First use with an empty Numba cache: the decoder compiles in a sibling process beside the
-encoder (first_use.py, warmup.py), and whatever goes wrong with the sibling, the round trip still works."""
+"""First use with an empty Numba cache: a verb compiles in its own process and starts none; the
+warm-up's processes (warmup.py) compile ahead, and a first call waits for one compiling its kind
+(first_use.py); whatever goes wrong with a warm-up process, the round trip still works."""
 
+import fcntl
 import json
 import os
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
 from l3codec import first_use
 
-# each test compiles the codec into an empty cache, in processes of its own
-pytestmark = [pytest.mark.compile, pytest.mark.processes]
-
-# a fresh process: one round trip, then where each driver came from and what became of the sibling
+# a fresh process: the test's change, then one round trip, then where each driver came from and
+# how many processes the round trip started
 ROUND_TRIP = """
-import json, sys
+import json, subprocess, sys
 import numpy as np
 import l3codec
-from l3codec import cpu, first_use
+from l3codec import cpu, first_use, warmup
 
 exec(sys.argv[1])  # the test's change, if any
+started = []
+popen_init = subprocess.Popen.__init__
+subprocess.Popen.__init__ = lambda self, *args, **kw: started.append(args) or popen_init(self, *args, **kw)
 y, x = np.mgrid[:40, :70]
 image = np.stack([(x + y) % 256, (3 * x) % 256, y], -1).astype(np.uint8)
 data = l3codec.encode(image, mode="fast", tile_width=32, tile_height=16)
-sibling = first_use.coordinator.started().get(("fast", 8))
 assert np.array_equal(l3codec.decode(data), image)
 stats = {name: [sum(getattr(cpu, name).stats.cache_hits.values()), sum(getattr(cpu, name).stats.cache_misses.values())]
          for name in ("_image_to_planes", "_encode_fast_streams", "_decode_fast_streams", "_planes_to_image")}
-print(json.dumps({"stats": stats, "siblings": len(first_use.coordinator.started()),
-                  "sibling_exit": None if sibling is None else sibling.process.poll()}))
+warmed = globals().get("warming")
+print(json.dumps({"stats": stats, "started_by_verbs": len(started),
+                  "warmup_exit": None if warmed is None else warmed.poll()}))
 """
 
 
@@ -38,47 +42,85 @@ def _round_trip(cache, change=""):
     env = dict(os.environ, NUMBA_CACHE_DIR=str(cache))
     done = subprocess.run([sys.executable, "-c", ROUND_TRIP, change], env=env, capture_output=True, text=True,
                           timeout=600, check=True)
-    return json.loads(done.stdout)
+    return json.loads(done.stdout), done.stderr
 
 
 LOADED, COMPILED = [1, 0], [0, 1]
+DRIVERS = ("_image_to_planes", "_encode_fast_streams", "_decode_fast_streams", "_planes_to_image")
 
 
-def test_the_decoder_compiles_in_a_sibling_and_loads_from_the_cache(tmp_path):
-    first = _round_trip(tmp_path)
-    assert first["stats"] == {"_image_to_planes": COMPILED, "_encode_fast_streams": COMPILED,
-                              "_decode_fast_streams": LOADED, "_planes_to_image": LOADED}
-    assert first["siblings"] == 1 and first["sibling_exit"] == 0  # ended and reaped
-    again = _round_trip(tmp_path)  # the cache now holds both verbs, and no sibling starts
-    assert again["stats"] == dict.fromkeys(first["stats"], LOADED)
-    assert again["siblings"] == 0
+@pytest.mark.compile
+@pytest.mark.processes
+def test_the_verbs_compile_in_the_calling_process_and_start_none(tmp_path):
+    first, err = _round_trip(tmp_path)
+    assert first == {"stats": dict.fromkeys(DRIVERS, COMPILED), "started_by_verbs": 0, "warmup_exit": None}
+    assert err.count("l3codec: compiling the CPU codec's fast encoder for 8-bit images of 3 channels") == 1
+    again, err = _round_trip(tmp_path)  # the cache now holds both verbs
+    assert again["stats"] == dict.fromkeys(DRIVERS, LOADED) and again["started_by_verbs"] == 0
+    assert "compiling" not in err
 
 
-def test_a_sibling_that_dies_leaves_the_decoder_to_this_process(tmp_path):
-    dies = "first_use.coordinator.program = 'import os; os._exit(3)'"
-    result = _round_trip(tmp_path, dies)
-    assert result["stats"] == dict.fromkeys(result["stats"], COMPILED)
-    assert result["sibling_exit"] == 3
+@pytest.mark.compile
+@pytest.mark.processes
+def test_a_warmup_started_on_purpose_compiles_the_decoder_beside_the_encoder(tmp_path):
+    result, _ = _round_trip(tmp_path, "warming = warmup.start('decode', 'fast', 8, 3)")
+    assert result["stats"] == {"_image_to_planes": COMPILED, "_encode_fast_streams": COMPILED,
+                               "_decode_fast_streams": LOADED, "_planes_to_image": LOADED}
+    assert result["warmup_exit"] == 0 and result["started_by_verbs"] == 0  # ended and reaped
 
 
-def test_no_sibling_without_a_writable_cache_folder(tmp_path):
+@pytest.mark.compile
+@pytest.mark.processes
+def test_a_warmup_process_that_dies_leaves_the_decoder_to_this_process(tmp_path):
+    dies = ("first_use.CHILD_PROGRAM = 'import os; os._exit(3)'\n"
+            "warming = warmup.start('decode', 'fast', 8, 3)")
+    result, _ = _round_trip(tmp_path, dies)
+    assert result["stats"] == dict.fromkeys(DRIVERS, COMPILED)
+    assert result["warmup_exit"] == 3
+
+
+def test_no_warmup_process_without_a_writable_cache_folder(tmp_path, monkeypatch):
+    from l3codec import cpu, warmup
+
     (tmp_path / "file").write_text("")
-    coordinator = first_use.FirstUse()
-    coordinator.starting("encode", "fast", 8, 3, cache_path=None)
-    coordinator.cache_missed(str(tmp_path / "file" / "cache"))
-    assert coordinator.started() == {("fast", 8): None}
+    monkeypatch.setattr(cpu, "cache_path", lambda: str(tmp_path / "file" / "cache"))
+    assert warmup.start("decode", "fast", 8, 3) is None
 
 
-def test_a_cache_miss_reads_the_verb_of_its_own_call(tmp_path):
+def test_the_notice_names_the_verb_of_its_own_call():
     # another thread decoding meanwhile must not make this encode's miss look like a decode
-    coordinator = first_use.FirstUse(program="pass")
-    coordinator.starting("encode", "compact", 16, 1, cache_path=None)
+    coordinator = first_use.FirstUse()
+    lines = []
+    coordinator.share_notice(None, write=lines.append)
+    coordinator.starting("encode", "compact", 16, 1, cache_path=lambda: None)
     other = threading.Thread(target=coordinator.starting, args=("decode", "fast", 8, 3, lambda: None))
     other.start()
     other.join()
-    coordinator.cache_missed(str(tmp_path))
-    (sibling,) = coordinator.started().values()
-    assert list(coordinator.started()) == [("compact", 16)] and sibling.process.wait(60) == 0
+    coordinator.cache_missed("unused")
+    assert lines == [first_use.notice(("encode", "compact", 16, 1))]
+
+
+def test_a_first_call_waits_for_a_process_compiling_its_kind(tmp_path):
+    """A warm-up process holds the lock of what it compiles: a first call of that verb and type
+    waits until it is released (then loads); a later call, or the lock's own holder, does not wait."""
+    hold_s = 0.5
+    lock = first_use.lock_path(tmp_path, "decode", "fast", 8)
+    with open(lock, "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # as warmup.child_main does
+        threading.Timer(hold_s, held.close).start()
+        coordinator = first_use.FirstUse()
+        began = time.monotonic()
+        coordinator.starting("decode", "fast", 8, 3, cache_path=lambda: str(tmp_path))
+        waited = time.monotonic() - began
+    assert waited >= hold_s * 0.9
+    holder = first_use.FirstUse()
+    holder.holding("decode", "fast", 8)
+    with open(lock, "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        began = time.monotonic()
+        holder.starting("decode", "fast", 8, 3, cache_path=lambda: str(tmp_path))  # its own lock: no wait
+        coordinator.starting("decode", "fast", 8, 3, cache_path=lambda: str(tmp_path))  # waited once already
+        assert time.monotonic() - began < hold_s
 
 
 # what a converter and a loader pass: Pillow's read-only arrays, bytes and bytearrays, 8- and
@@ -108,13 +150,15 @@ print(json.dumps(misses))
 """
 
 
+@pytest.mark.compile
+@pytest.mark.processes
 def test_the_warmup_command_fills_the_cache(tmp_path):
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
     subprocess.run([sys.executable, "-m", "l3codec.warmup", "--mode", "fast", "--bits", "8", "16"], env=env,
                    capture_output=True, timeout=600, check=True)
-    result = _round_trip(tmp_path)
+    result, _ = _round_trip(tmp_path)
     assert result["stats"] == dict.fromkeys(result["stats"], LOADED)
-    assert result["siblings"] == 0
+    assert result["started_by_verbs"] == 0
     used = subprocess.run([sys.executable, "-c", AS_USED], env=env, capture_output=True, text=True, timeout=600,
                           check=True)
     misses = json.loads(used.stdout)
@@ -145,7 +189,7 @@ if __name__ == "__main__":
 def test_a_pools_notice_goes_where_it_is_told_and_its_misses_are_counted(tmp_path, capsys):
     """The converter's pool sends the notice to its progress bar (which would draw over it on
     stderr), and tells a compile from a cache load by the misses."""
-    coordinator = first_use.FirstUse(siblings=False)
+    coordinator = first_use.FirstUse()
     lines = []
     coordinator.share_notice(None, write=lines.append)
     coordinator.cache_missed(str(tmp_path))
@@ -154,6 +198,7 @@ def test_a_pools_notice_goes_where_it_is_told_and_its_misses_are_counted(tmp_pat
     assert capsys.readouterr().err == ""
 
 
+@pytest.mark.processes
 def test_the_processes_of_a_pool_say_they_compile_once(tmp_path):
     """The converter's and the loader's pools share a flag (executors._init_pool_process,
     loader.workers._worker_init): the first of their processes to miss the cache prints the notice."""
