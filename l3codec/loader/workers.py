@@ -17,7 +17,7 @@ from .dataset import L3Dataset, _one_numba_thread
 from .finish import Finish, region_view, replace_bad_samples
 
 # a batch from the workers that takes longer is a stuck worker, not a slow one: a first batch that
-# compiles the CPU decoder takes under a minute, and a sibling compile is waited for 300 s at most
+# compiles the CPU decoder takes under a minute, and a compile by another process (a warm-up) is waited for 300 s at most
 WORKER_TIMEOUT_S = 600.0
 # how often the wait for a batch checks that every worker is alive: workers are the forkserver's
 # children, not this process's, so no SIGCHLD tells torch that one died
