@@ -480,7 +480,8 @@ def decode_step(
 
 @device
 def decode_row(
-    buf, start, end, plane, y, x0, width, bits, slots, token_info, precision, bias, biased, context_of_activity
+    buf, start, end, plane, y, x0, width, bits, slots, token_info, precision, bias, biased,
+    context_of_activity,
 ):
     """Decode the row stream buf[start:end] into plane[y, x0:x0 + width] (rows above of its band already
     decoded). Returns a status; an undecodable row leaves its later samples as they were."""
@@ -517,7 +518,8 @@ def decode_row(
 
 @device
 def decode_row_pair(
-    buf, start, middle, end, plane, y, x0, width, bits, slots, token_info, precision, bias, biased, context_of_activity
+    buf, start, middle, end, plane, y, x0, width, bits, slots, token_info, precision, bias, biased,
+    context_of_activity,
 ):
     """decode_row of rows y (stream buf[start:middle]) and y + 1 (buf[middle:end]) of one band, row y + 1 a
     sample behind row y as neighbouring lanes of the GPU wavefront are: two independent chains of dependent

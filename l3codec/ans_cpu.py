@@ -334,18 +334,28 @@ def _read_group_tables(buf, table_ends, bits, precision, freq, alphabets, slots,
 def _decode_rows(streams, row_lengths, tile_width, bits, slots, token_info, precision, bias, biased, plane):
     """_decode_rows_with for constant bits and biased: each combination its own loop, in which the shifts
     and masks of the sample width fold and the bias branch goes."""
-    s, r, t, i, p, b = streams, row_lengths, tile_width, token_info, precision, bias
+    # numba inlines _decode_rows_with only for a call without *args
+    if bits == 8 and biased:
+        return _decode_rows_with(
+            streams, row_lengths, tile_width, slots, token_info, precision, bias, plane, 8, True
+        )
     if bits == 8:
-        if biased:
-            return _decode_rows_with(s, r, t, slots, i, p, b, plane, 8, True)
-        return _decode_rows_with(s, r, t, slots, i, p, b, plane, 8, False)
+        return _decode_rows_with(
+            streams, row_lengths, tile_width, slots, token_info, precision, bias, plane, 8, False
+        )
     if biased:
-        return _decode_rows_with(s, r, t, slots, i, p, b, plane, 16, True)
-    return _decode_rows_with(s, r, t, slots, i, p, b, plane, 16, False)
+        return _decode_rows_with(
+            streams, row_lengths, tile_width, slots, token_info, precision, bias, plane, 16, True
+        )
+    return _decode_rows_with(
+        streams, row_lengths, tile_width, slots, token_info, precision, bias, plane, 16, False
+    )
 
 
 @_compile_inline
-def _decode_rows_with(streams, row_lengths, tile_width, slots, token_info, precision, bias, plane, bits, biased):
+def _decode_rows_with(
+    streams, row_lengths, tile_width, slots, token_info, precision, bias, plane, bits, biased
+):
     """Decode every row stream in the order _encode_rows wrote them, two rows of a band at a time
     (ans.decode_row_pair); returns the first bad status, the one row-by-row decoding finds."""
     height, width = plane.shape
