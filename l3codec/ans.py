@@ -246,11 +246,16 @@ def cumulative_table(freq, alphabets, cum):
 
 
 @device
-def build_slot_table(freq, alphabets, precision, bits, slots):
-    """The decoder's table: slots[ctx, s] = token | frequency << 6 | (s - token's first slot) << 19, one
-    read per token. A context with no tokens is all NO_TOKEN. Returns a status."""
+def build_slot_table(freq, alphabets, precision, bits, slots, token_info):
+    """The decoder's tables: slots[ctx, s] (1 byte) the token whose slots hold s, and token_info[ctx, t] =
+    f | cum << 16 of each token. A byte a slot: a set is 15 x 2 KB at precision 11 (30 KB of a GPU block's
+    shared memory, not 120 KB as with f and s - cum packed in every slot; on the CPU the two decode at the
+    same speed). A context with no tokens is all NO_TOKEN; token_info has room for NO_TOKEN (64 columns).
+    Returns a status."""
     scale = np.int64(1) << precision
     for ctx in range(ANS_CONTEXTS):
+        for t in range(token_info.shape[1]):
+            token_info[ctx, t] = 0
         alphabet = alphabets[ctx]
         if alphabet > token_count(bits):
             return ANS_BAD_TOKEN
@@ -263,8 +268,9 @@ def build_slot_table(freq, alphabets, precision, bits, slots):
             f = freq[ctx, t]
             if f < 0 or start + f > scale:
                 return ANS_BAD_TABLE
+            token_info[ctx, t] = f | (start << 16)
             for j in range(f):
-                slots[ctx, start + j] = t | (f << 6) | (j << 19)
+                slots[ctx, start + j] = t
             start += f
         if start != scale:
             return ANS_BAD_TABLE
@@ -332,13 +338,11 @@ def open_row_stream(buf, start, end):
 
 
 @device
-def slot_step(entry, x, precision):
-    """(token, state) after decoding the token whose slot entry (slots[ctx, x % 2^precision]) is entry; for
-    NO_TOKEN the state is kept."""
-    token = entry & 63
-    if token != NO_TOKEN:
-        x = ((entry >> 6) & 0x1FFF) * (x >> precision) + (entry >> 19)
-    return token, x
+def slot_step(token, info, x, precision):
+    """The state after decoding token (slots[ctx, x % 2^precision]) with info = token_info[ctx, token]:
+    f * (x >> precision) + (x % 2^precision) - cum. NO_TOKEN's info is 0 (the stream is bad then)."""
+    low = x & ((np.int64(1) << precision) - 1)
+    return np.int64(info & 0xFFFF) * (x >> precision) + low - (np.int64(info) >> 16)
 
 
 @device
@@ -348,16 +352,23 @@ def raw_step(x, count):
 
 
 @device
-def needs_word(x, pos, end):
-    """Whether the decoder reads a word now: its state fell below L and words remain (their count is even by
-    open_row_stream's rule, so a word never straddles end)."""
-    return x < ANS_LOW and pos < end
+def at(i):
+    """i (never negative) as an array index that numba's CPU code does not test for < 0 (the wraparound of
+    a signed index: 3-6 instructions)."""
+    return np.uint64(i)
 
 
 @device
-def with_word(x, low, high):
-    """The state after reading the word of bytes low, high (little-endian)."""
-    return (x << ANS_WORD_BITS) | np.int64(low) | (np.int64(high) << 8)
+def refill(buf, x, pos, end):
+    """(state, position) after the refill: a word is read when the state fell below L and words remain
+    (their count is even by open_row_stream's rule, so a word never straddles end). The state test is
+    arithmetic, not a branch: it passes at random, every few samples, and mispredicts."""
+    if pos < end:  # false only at a row's end
+        take = np.int64(x < ANS_LOW)
+        word = np.int64(buf[at(pos)]) | (np.int64(buf[at(pos + 1)]) << 8)
+        x = (x << (take << 4)) | (word & -take)
+        pos += take << 1
+    return x, pos
 
 
 @device
@@ -432,6 +443,7 @@ def decode_step(
     upleft,
     bits,
     slots,
+    token_info,
     precision,
     bias,
     biased,
@@ -442,36 +454,34 @@ def decode_step(
     the caller carries in locals as a GPU lane does; only N is read back from the plane."""
     half = np.int64(1) << (bits - 1)
     row = y % COMPACT_BAND_ROWS
-    up = np.int64(plane[y - 1, x0 + c]) if row > 0 else half
+    up = np.int64(plane[at(y - 1), at(x0 + c)]) if row > 0 else half
     w, n, nw = neighbours(row, c, left, left2, up, upleft, half)
-    entry = slots[context_of_activity[activity(w, n, nw, bits)], x & ((np.int64(1) << precision) - 1)]
-    token, x = slot_step(entry, x, precision)
+    ctx = context_of_activity[at(activity(w, n, nw, bits))]
+    token = slots[at(ctx), at(x & ((np.int64(1) << precision) - 1))]
+    x = slot_step(token, token_info[at(ctx), at(token)], x, precision)
     status = ANS_BAD_TOKEN
     sample = half
     if token != NO_TOKEN:
         status = ANS_OK
-        if needs_word(x, pos, end):
-            x = with_word(x, buf[pos], buf[pos + 1])
-            pos += 2
+        x, pos = refill(buf, x, pos, end)
         raw = np.int64(0)
         count = token_raw_bits(token)
         if count > 0:
             raw, x = raw_step(x, count)
-            if needs_word(x, pos, end):
-                x = with_word(x, buf[pos], buf[pos + 1])
-                pos += 2
+            x, pos = refill(buf, x, pos, end)
         bias_value, sign = 0, 1
         if biased:
             index, sign = bias_context(w, n, nw, bits)
-            bias_value = bias[index]
+            bias_value = bias[at(index)]
         sample = sample_of(hybrid_value(token, raw), w, n, nw, bias_value, sign, bits)
-        plane[y, x0 + c] = sample
+        plane[at(y), at(x0 + c)] = sample
     return status, x, pos, sample, up
 
 
 @device
 def decode_row(
-    buf, start, end, plane, y, x0, width, bits, slots, precision, bias, biased, context_of_activity
+    buf, start, end, plane, y, x0, width, bits, slots, token_info, precision, bias, biased,
+    context_of_activity,
 ):
     """Decode the row stream buf[start:end] into plane[y, x0:x0 + width] (rows above of its band already
     decoded). Returns a status; an undecodable row leaves its later samples as they were."""
@@ -492,6 +502,7 @@ def decode_row(
             upleft,
             bits,
             slots,
+            token_info,
             precision,
             bias,
             biased,
@@ -507,7 +518,8 @@ def decode_row(
 
 @device
 def decode_row_pair(
-    buf, start, middle, end, plane, y, x0, width, bits, slots, precision, bias, biased, context_of_activity
+    buf, start, middle, end, plane, y, x0, width, bits, slots, token_info, precision, bias, biased,
+    context_of_activity,
 ):
     """decode_row of rows y (stream buf[start:middle]) and y + 1 (buf[middle:end]) of one band, row y + 1 a
     sample behind row y as neighbouring lanes of the GPU wavefront are: two independent chains of dependent
@@ -533,6 +545,7 @@ def decode_row_pair(
                 upleft_a,
                 bits,
                 slots,
+                token_info,
                 precision,
                 bias,
                 biased,
@@ -554,6 +567,7 @@ def decode_row_pair(
                 upleft_b,
                 bits,
                 slots,
+                token_info,
                 precision,
                 bias,
                 biased,

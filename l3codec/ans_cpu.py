@@ -316,14 +316,14 @@ def encode_plane(
 
 
 @_decoder
-def _read_group_tables(buf, table_ends, bits, precision, freq, alphabets, slots):
+def _read_group_tables(buf, table_ends, bits, precision, freq, alphabets, slots, token_info):
     """Read and check every group's tables into slot tables; returns a status."""
     start = 0
     for g in range(table_ends.shape[0]):
         status, _ = read_tables(buf, start * 8, table_ends[g] * 8, bits, precision, freq[g], alphabets[g])
         if status != ANS_OK:
             return status
-        status = build_slot_table(freq[g], alphabets[g], precision, bits, slots[g])
+        status = build_slot_table(freq[g], alphabets[g], precision, bits, slots[g], token_info[g])
         if status != ANS_OK:
             return status
         start = table_ends[g]
@@ -331,7 +331,31 @@ def _read_group_tables(buf, table_ends, bits, precision, freq, alphabets, slots)
 
 
 @_decoder
-def _decode_rows(streams, row_lengths, tile_width, bits, slots, precision, bias, biased, plane):
+def _decode_rows(streams, row_lengths, tile_width, bits, slots, token_info, precision, bias, biased, plane):
+    """_decode_rows_with for constant bits and biased: each combination its own loop, in which the shifts
+    and masks of the sample width fold and the bias branch goes."""
+    # numba inlines _decode_rows_with only for a call without *args
+    if bits == 8 and biased:
+        return _decode_rows_with(
+            streams, row_lengths, tile_width, slots, token_info, precision, bias, plane, 8, True
+        )
+    if bits == 8:
+        return _decode_rows_with(
+            streams, row_lengths, tile_width, slots, token_info, precision, bias, plane, 8, False
+        )
+    if biased:
+        return _decode_rows_with(
+            streams, row_lengths, tile_width, slots, token_info, precision, bias, plane, 16, True
+        )
+    return _decode_rows_with(
+        streams, row_lengths, tile_width, slots, token_info, precision, bias, plane, 16, False
+    )
+
+
+@_compile_inline
+def _decode_rows_with(
+    streams, row_lengths, tile_width, slots, token_info, precision, bias, plane, bits, biased
+):
     """Decode every row stream in the order _encode_rows wrote them, two rows of a band at a time
     (ans.decode_row_pair); returns the first bad status, the one row-by-row decoding finds."""
     height, width = plane.shape
@@ -342,6 +366,7 @@ def _decode_rows(streams, row_lengths, tile_width, bits, slots, precision, bias,
             count = min(tile_width, width - x0)
             for y in range(top, bottom, 2):
                 slots_y = slots[y // TABLE_GROUP_ROWS]
+                token_info_y = token_info[y // TABLE_GROUP_ROWS]
                 middle = pos + row_lengths[y, tile]
                 if y + 1 < bottom:
                     end = middle + row_lengths[y + 1, tile]
@@ -356,6 +381,7 @@ def _decode_rows(streams, row_lengths, tile_width, bits, slots, precision, bias,
                         count,
                         bits,
                         slots_y,
+                        token_info_y,
                         precision,
                         bias,
                         biased,
@@ -373,6 +399,7 @@ def _decode_rows(streams, row_lengths, tile_width, bits, slots, precision, bias,
                         count,
                         bits,
                         slots_y,
+                        token_info_y,
                         precision,
                         bias,
                         biased,
@@ -392,7 +419,8 @@ def decode_status(coded: CodedPlane) -> tuple[np.ndarray, int]:
     groups = len(coded.table_ends)
     freq = np.zeros((groups, ANS_CONTEXTS, MAX_TOKENS), np.int64)
     alphabets = np.zeros((groups, ANS_CONTEXTS), np.int64)
-    slots = np.zeros((groups, ANS_CONTEXTS, 1 << coded.precision), np.int32)
+    slots = np.zeros((groups, ANS_CONTEXTS, 1 << coded.precision), np.uint8)
+    token_info = np.zeros((groups, ANS_CONTEXTS, ans.NO_TOKEN + 1), np.int32)
     table_bytes = np.frombuffer(coded.tables, np.uint8)
     status = _read_group_tables(
         table_bytes,
@@ -402,6 +430,7 @@ def decode_status(coded: CodedPlane) -> tuple[np.ndarray, int]:
         freq,
         alphabets,
         slots,
+        token_info,
     )
     if status != ANS_OK:
         return plane, status
@@ -411,6 +440,7 @@ def decode_status(coded: CodedPlane) -> tuple[np.ndarray, int]:
         coded.tile_width,
         coded.bits,
         slots,
+        token_info,
         coded.precision,
         np.asarray(coded.bias, np.int64),
         coded.biased,
