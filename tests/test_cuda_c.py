@@ -17,6 +17,7 @@ from l3codec.kernels.emulation import (
     decode_batch_emulated,
     kernel_library,
 )
+import fake_cupy
 from images import make_image
 from stream_census import fast_census, plane_streams, stream_census
 from l3codec import batch as l3batch
@@ -671,30 +672,8 @@ class _FakeCupy:
                 lib.l3emu_launch(names.index(self.name), grid[0], *block, shared_mem, 2, 1, *values) == 0
             ), lib.l3emu_last_error()
 
-    class cuda:  # mirrors the cupy.cuda namespace
-        class Stream:  # the emulator runs each launch to its end: nothing to wait for
-            def __enter__(self):
-                return self
-
-            def __exit__(self, *exc):
-                return False
-
-            def synchronize(self):
-                pass
-
-        class Device:
-            id = 0
-            compute_capability = "90"
-            attributes: ClassVar[dict] = {"MaxSharedMemoryPerBlockOptin": 227 * 1024}
-
-            def __init__(self, device=None):
-                pass
-
-            def __enter__(self):
-                return self
-
-            def __exit__(self, *exc):
-                return False
+    class cuda:  # mirrors the cupy.cuda namespace: fake_cupy's device (sm_90's limits) and streams
+        Stream, Device = fake_cupy.Stream, fake_cupy.Device
 
     uint8, int32 = np.uint8, np.int32
 
