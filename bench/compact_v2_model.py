@@ -48,6 +48,31 @@ def q9(g):
 
 
 @nb.njit(cache=True)
+def neighbours_at(pl, y, x, r, c):
+    """W, N, NW of pl[y, x] (band row r, tile column c) as FORMAT.md §6.3 defines them, for the
+    encoder's residuals and the decoder's rebuild alike."""
+    if r == 0:
+        if c == 0:
+            return 128, 128, 128
+        if c == 1:
+            return pl[y, x - 1], pl[y, x - 1], pl[y, x - 1]
+        return pl[y, x - 1], pl[y, x - 1], pl[y, x - 2]
+    if c == 0:
+        return pl[y - 1, x], pl[y - 1, x], pl[y - 1, x]
+    return pl[y, x - 1], pl[y - 1, x], pl[y - 1, x - 1]
+
+
+@nb.njit(cache=True)
+def med(W, N, NW):
+    """The median edge detector's prediction."""
+    if NW >= max(W, N):
+        return min(W, N)
+    if NW <= min(W, N):
+        return max(W, N)
+    return W + N - NW
+
+
+@nb.njit(cache=True)
 def residuals(pl, e, act, actne, gctx, TW):
     """e: MED residual wrapped to [-128,128); act = |W-NW|+|N-NW|; actne = act + |NE-N|; gctx = q9(N-NW)*9+q9(NW-W)."""
     H, Wd = pl.shape
@@ -57,24 +82,9 @@ def residuals(pl, e, act, actne, gctx, TW):
             x0 = (x // TW) * TW
             w = min(TW, Wd - x0)
             c = x - x0
-            if r == 0:
-                if c == 0:
-                    W = N = NW = 128
-                elif c == 1:
-                    W = N = NW = pl[y, x - 1]
-                else:
-                    W = pl[y, x - 1]; N = W; NW = pl[y, x - 2]
-                NE = N
-            else:
-                if c == 0:
-                    W = N = NW = pl[y - 1, x]
-                else:
-                    W = pl[y, x - 1]; N = pl[y - 1, x]; NW = pl[y - 1, x - 1]
-                NE = pl[y - 1, x + 1] if c + 1 < w else N
-            mx = max(W, N); mn = min(W, N)
-            if NW >= mx: p = mn
-            elif NW <= mn: p = mx
-            else: p = W + N - NW
+            W, N, NW = neighbours_at(pl, y, x, r, c)
+            NE = pl[y - 1, x + 1] if r > 0 and c + 1 < w else N
+            p = med(W, N, NW)
             d = ((pl[y, x] - p + 128) & 255) - 128
             e[y, x] = d
             a = abs(W - NW) + abs(N - NW)
@@ -239,22 +249,8 @@ def reconstruct(d, bias, use_bias, TW):
         for x in range(Wd):
             x0 = (x // TW) * TW
             c = x - x0
-            if r == 0:
-                if c == 0:
-                    W = N = NW = 128
-                elif c == 1:
-                    W = N = NW = pl[y, x - 1]
-                else:
-                    W = pl[y, x - 1]; N = W; NW = pl[y, x - 2]
-            else:
-                if c == 0:
-                    W = N = NW = pl[y - 1, x]
-                else:
-                    W = pl[y, x - 1]; N = pl[y - 1, x]; NW = pl[y - 1, x - 1]
-            mx = max(W, N); mn = min(W, N)
-            if NW >= mx: p = mn
-            elif NW <= mn: p = mx
-            else: p = W + N - NW
+            W, N, NW = neighbours_at(pl, y, x, r, c)
+            p = med(W, N, NW)
             e = d[y, x]
             if use_bias:
                 g = q9(N - NW) * 9 + q9(NW - W)
