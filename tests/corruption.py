@@ -4,6 +4,7 @@ import zlib
 
 import numpy as np
 
+from l3codec import cpu
 from l3codec import fast as fast_codec
 from l3codec import format as fmt
 from l3codec import huffman
@@ -543,3 +544,20 @@ def status_cases() -> dict:
         else:
             files[name] = single_stream_file(stream, fast, height, width=FAST_WIDTH, bits=(bits or [8])[0]), code
     return files
+
+
+def cpu_stream_statuses(data: bytes) -> np.ndarray:
+    """The CPU decoder's status of each stream of a file (0: decoded), the reference the kernels
+    must report."""
+    parsed = fmt.parse(data)
+    info = parsed.info
+    streams = np.arange(len(parsed.stream_starts), dtype=np.int64)
+    planes = np.empty((info.channels, info.height, info.width), info.dtype)
+    status = np.zeros(streams.size, np.int64)
+    cpu.decode_streams(np.frombuffer(data, np.uint8), parsed, streams, planes, status)
+    return status
+
+
+def first_cpu_status(data: bytes) -> int:
+    """The CPU decoder's status of the file's first failing stream, or 0."""
+    return ([c for c in cpu_stream_statuses(data).tolist() if c] or [0])[0]

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from corruption import lz_sequence, lz_stream, single_stream_file
+from corruption import first_cpu_status, lz_sequence, lz_stream, single_stream_file
 
 import l3codec
-from l3codec import cpu
 from l3codec import format as fmt
 from l3codec.kernels.emulation import decode_batch_emulated
 
@@ -50,17 +49,6 @@ def _files(seed, count, bits=8, **options):
     size = WIDTH * HEIGHT * bits // 8
     return [single_stream_file(_block(rng, size, **options), fmt.MODE_FAST, HEIGHT, width=WIDTH, bits=bits)
             for _ in range(count)]
-
-
-def _cpu_status(data):
-    """The CPU decoder's status of the file's first failing stream, or 0."""
-    parsed = fmt.parse(data)
-    info = parsed.info
-    streams = np.arange(len(parsed.stream_starts), dtype=np.int64)
-    planes = np.empty((info.channels, info.height, info.width), info.dtype)
-    status = np.zeros(streams.size, np.int64)
-    cpu.decode_streams(np.frombuffer(data, np.uint8), parsed, streams, planes, status)
-    return ([c for c in status.tolist() if c] or [0])[0]
 
 
 def _assert_cpu_pixels(files, guard, order):
@@ -110,7 +98,7 @@ def test_damaged_blocks_give_the_cpu_decoders_status():
             block[int(rng.integers(1, min(len(block), 64)))] = int(value)
         damaged.append(single_stream_file(bytes(block), fmt.MODE_FAST, HEIGHT, width=WIDTH))
     images, status = decode_batch_emulated(damaged, order="shuffled", seed=2)
-    codes = [_cpu_status(data) for data in damaged]
+    codes = [first_cpu_status(data) for data in damaged]
     assert status.tolist() == codes
     assert fmt.STATUS_CORRUPT in codes and 0 in codes  # both outcomes reached
     for image, data, code in zip(images, damaged, codes):
