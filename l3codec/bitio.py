@@ -19,7 +19,7 @@ WRITER_STATE_SIZE = 4
 PEEK_BITS = 49  # bits a peek_bits result always holds: 56 loaded, at most 7 shifted out
 
 
-@device
+@device(cpu_inline=True)
 def load56(buf, byte_pos):
     """Seven little-endian bytes starting at byte_pos, as a non-negative int64."""
     size = buf.shape[0]
@@ -41,7 +41,7 @@ def load56(buf, byte_pos):
     return value
 
 
-@device
+@device(cpu_inline=True)
 def peek_bits(buf, bit_pos):
     """At least PEEK_BITS bits starting at bit_pos (LSB first)."""
     return load56(buf, bit_pos >> 3) >> (bit_pos & 7)
@@ -66,13 +66,13 @@ def peek_window(buf, bit_pos):
     return np.int64(((word >> skip) >> skip) & np.uint64((1 << 56) - 1)) >> (bit_pos & 7)
 
 
-@device
+@device(cpu_inline=True)
 def read_bits(buf, bit_pos, count):
     """count (0..32) bits at bit_pos as an integer."""
     return peek_bits(buf, bit_pos) & ((np.int64(1) << count) - 1)
 
 
-@device
+@device(cpu_inline=True)
 def trailing_zeros(value, limit):
     """Zero bits below the lowest set bit of value, at most limit (the CPU build counts them
     with one instruction)."""
@@ -90,7 +90,7 @@ def writer_init(state, byte_pos, byte_limit):
     state[W_LIMIT] = byte_limit
 
 
-@device
+@device(cpu_inline=True)
 def appended(out, pos, acc, nacc, limit, value, count):
     """A writer's (byte position, accumulator, bits in it) after count (0..48) more bits; whole
     bytes go to out, those at or past limit are dropped and show as overflow."""

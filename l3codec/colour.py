@@ -9,28 +9,28 @@ from .format import TRANSFORM_SUBTRACT_GREEN
 from .jit import device
 
 
-@device
+@device(cpu_inline=True)
 def subtract_green(red, green, blue, bits):
     half = 1 << (bits - 1)
     mask = (1 << bits) - 1
     return (red - green + half) & mask, green, (blue - green + half) & mask
 
 
-@device
+@device(cpu_inline=True)
 def add_green(red_diff, green, blue_diff, bits):
     half = 1 << (bits - 1)
     mask = (1 << bits) - 1
     return (red_diff + green - half) & mask, green, (blue_diff + green - half) & mask
 
 
-@device
+@device(cpu_inline=True)
 def subtract_rg_mean(red, green, blue, bits):
     half = 1 << (bits - 1)
     mask = (1 << bits) - 1
     return (red - green + half) & mask, green, (blue - ((red + green) >> 1) + half) & mask
 
 
-@device
+@device(cpu_inline=True)
 def add_rg_mean(red_diff, green, blue_diff, bits):
     half = 1 << (bits - 1)
     mask = (1 << bits) - 1
@@ -38,7 +38,7 @@ def add_rg_mean(red_diff, green, blue_diff, bits):
     return red, green, (blue_diff + ((red + green) >> 1) - half) & mask
 
 
-@device
+@device(cpu_inline=True)
 def forward_colour(transform, red, green, blue, bits):
     """The three colour planes' samples of one pixel under transform (1 or 2)."""
     if transform == TRANSFORM_SUBTRACT_GREEN:
@@ -46,7 +46,7 @@ def forward_colour(transform, red, green, blue, bits):
     return subtract_rg_mean(red, green, blue, bits)
 
 
-@device
+@device(cpu_inline=True)
 def inverse_colour(transform, first, green, third, bits):
     """R, G, B of one pixel from its colour planes' samples under transform (1 or 2)."""
     if transform == TRANSFORM_SUBTRACT_GREEN:

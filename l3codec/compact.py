@@ -66,14 +66,14 @@ S_N = S_A + CONTEXTS  # adaptive counts, one per context
 STATE_SIZE = S_N + CONTEXTS
 
 
-@device
+@device(cpu_inline=True)
 def med(w, n, nw):
     """LOCO-I median edge detector: min(w, n) if nw >= max(w, n), max(w, n) if nw <= min(w, n),
     else w + n - nw. As a clamp it has no branches, which noisy images would mispredict."""
     return min(max(w + n - nw, min(w, n)), max(w, n))
 
 
-@device
+@device(cpu_inline=True)
 def neighbours(row, col, left, left2, up, upleft, half):
     """(W, N, NW) of a tile sample, with the edge rules of docs/FORMAT.md.
 
@@ -91,7 +91,7 @@ def neighbours(row, col, left, left2, up, upleft, half):
     return left, up, upleft
 
 
-@device
+@device(cpu_inline=True)
 def tile_neighbours(tile, row, col, half):
     """(W, N, NW) of tile[row, col], read from the tile plane itself (a GPU lane reads them from its ring)."""
     left = np.int64(tile[row, col - 1]) if col > 0 else half
@@ -101,14 +101,14 @@ def tile_neighbours(tile, row, col, half):
     return neighbours(row, col, left, left2, up, upleft, half)
 
 
-@device
+@device(cpu_inline=True)
 def activity_context(w, n, nw, mapped_n, mapped_w, bits):
     activity = ((abs(w - nw) + abs(n - nw)) >> 1) + mapped_n + mapped_w
     # activity > t << shift exactly when ((activity - 1) >> shift) + 1 > t
     return CONTEXT_OF_ACTIVITY[np.uint64(min(((activity - 1) >> (bits - 8)) + 1, CONTEXT_OF_ACTIVITY.shape[0] - 1))]
 
 
-@device
+@device(cpu_inline=True)
 def zigzag(residual, bits):
     """Wrap residual into the signed range of `bits` and map it to 0, -1, 1, -2, ..."""
     half = np.int64(1) << (bits - 1)
@@ -118,13 +118,13 @@ def zigzag(residual, bits):
     return -2 * e - 1
 
 
-@device
+@device(cpu_inline=True)
 def unzigzag(mapped):
     """0, 1, 2, 3, ... -> 0, -1, 1, -2, ... (without a branch on the sign)."""
     return (mapped >> 1) ^ -(mapped & 1)
 
 
-@device
+@device(cpu_inline=True)
 def rice_parameter(a, n, bits):
     k = 0
     while k < bits and (n << (k + 1)) < a:
@@ -132,7 +132,7 @@ def rice_parameter(a, n, bits):
     return k
 
 
-@device
+@device(cpu_inline=True)
 def adapted(a, n, mapped, k):
     """A context's sum and count after one more mapped residual; one outlier (an edge in a label
     map) counts as at most 2**(k+4)."""
@@ -144,12 +144,12 @@ def adapted(a, n, mapped, k):
     return a, n
 
 
-@device
+@device(cpu_inline=True)
 def adapt(state, ctx, mapped, k):
     state[S_A + ctx], state[S_N + ctx] = adapted(state[S_A + ctx], state[S_N + ctx], mapped, k)
 
 
-@device
+@device(cpu_inline=True)
 def initial_sum(k_nibbles, ctx):
     """A mean mapped residual of 1.5 * 2**k, mid-range for the context's k, weighted as INITIAL_COUNT
     samples."""
@@ -170,7 +170,7 @@ def row_state_init(state, bit_pos, k_nibbles, run_index):
         state[S_N + ctx] = INITIAL_COUNT
 
 
-@device
+@device(cpu_inline=True)
 def decode_code(buf, pos, k, bits):
     """One Golomb-Rice (or escaped) code word at bit pos: (mapped residual, bit position after it)."""
     window = peek_window(buf, pos)
@@ -191,7 +191,7 @@ def decode_mapped(buf, state, ctx, bits):
     return mapped
 
 
-@device
+@device(cpu_inline=True)
 def decode_run(buf, pos, index, remaining):
     """A run starting at a sample with `remaining` samples left in its row: (length, bit position
     after it, run index after it, error). A length of `remaining` ends the row; a shorter run is
@@ -365,7 +365,7 @@ def compact_row_length(buf, table_pos, length_bits, row):
 # ---------------------------------------------------------------- encoder (CPU only)
 
 
-@device
+@device(cpu_inline=True)
 def appended_code(out, pos, acc, nacc, limit, mapped, k, bits):
     """The writer after one Golomb-Rice code word (decode_code's): the quotient in unary, a one,
     k remainder bits; or, for a quotient of UNARY_LIMIT or more, UNARY_LIMIT zeros and the mapped
@@ -377,7 +377,7 @@ def appended_code(out, pos, acc, nacc, limit, mapped, k, bits):
     return appended(out, pos, acc, nacc, limit, mapped << UNARY_LIMIT, UNARY_LIMIT + bits)
 
 
-@device
+@device(cpu_inline=True)
 def appended_run(out, pos, acc, nacc, limit, run, end_of_row, index):
     """The writer and run index after a run (decode_run's bits): a one per whole chunk of
     2**RUN_ORDER[index], then a one if a run to the row's end has samples left, or a zero and the

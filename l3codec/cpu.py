@@ -71,26 +71,6 @@ _REPLACEMENTS = {"trailing_zeros": _trailing_zeros}
 if sys.byteorder == "little":
     _REPLACEMENTS["peek_window"] = _peek_window
     _REPLACEMENTS["peek_bits"] = _peek_window
-# The per-sample functions are inlined where they are used (as calls, they cost the compact
-# decoder 2.5x), and so are fast's per-row and per-group decoders, each called from one place:
-# a call that passes arrays increfs and decrefs them, atomically, every time (fast decode step
-# 21.5 -> 19.8 ms per hires2048 frame). Everything else compiles once and is called (inlined
-# everywhere, the first use would compile twice as long).
-_INLINED = {
-    "subtract_rg_mean", "add_rg_mean", "forward_colour", "inverse_colour", "predict_between", "unpack_samples",
-    "load56", "peek_bits", "read_bits", "trailing_zeros", "read_sample", "uncoded_sample", "subtract_green",
-    "add_green", "med", "neighbours", "tile_neighbours", "activity_context", "unzigzag", "rice_parameter",
-    "adapted", "initial_sum", "decode_code", "decode_run", "predict", "groups_per_row", "unpredicted", "slot",
-    "decode_rice_group", "decode_sparse_group", "decode_bitmap_group", "decode_fast_row_residuals", "unpredict_row",
-    "zigzag", "adapt", "appended", "appended_code", "appended_run",
-    # lz.py's and huffman.py's per-byte helpers (longest_match and put_sequence stay calls: each inlined cost about
-    # 0.35 s of first use per dtype, for no speed measured)
-    "lz_length", "copy_match", "hash_at", "chain_position", "sequence_bytes", "table_length", "decode_symbol",
-    "coded_length",
-    # the palette's helpers: each compiled apart cost about half a second of the first use
-    "colour_key", "hash_slot", "find_slot", "sort_keys", "tile_palette", "palette_indices", "palette_may_pay", "palette_table_bytes", "write_palette_table", "write_palette_member", "open_stream",
-    "palette_sample",
-}
 
 
 class _UnliteralDispatcher(CPUDispatcher):
@@ -107,7 +87,7 @@ class _UnliteralDispatcher(CPUDispatcher):
 def _compile(func, dispatcher=CPUDispatcher):
     if numba.config.DISABLE_JIT:
         return func
-    inline = {"inline": "always"} if func.__name__ in _INLINED else {}
+    inline = {"inline": "always"} if getattr(func, "l3_cpu_inline", False) else {}
     return dispatcher(py_func=func, targetoptions={"nopython": True, "boundscheck": None, **inline})
 
 

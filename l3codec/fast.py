@@ -80,7 +80,7 @@ def extended_code(form, width, bits):
     return form * bits + width - (form != FORM_RICE)
 
 
-@device
+@device(cpu_inline=True)
 def groups_per_row(width):
     return (width + GROUP_SIZE - 1) // GROUP_SIZE
 
@@ -102,12 +102,12 @@ def group_data_bits(form, width, qsum, count):
 # ---------------------------------------------------------------- prediction
 
 
-@device
+@device(cpu_inline=True)
 def predict_between(left, right, up, upleft, upright):
     return med((left + right) >> 1, up, (upleft + upright) >> 1)
 
 
-@device
+@device(cpu_inline=True)
 def predict(tile, row, col, width, bits):
     """Prediction of tile[row, col] from the row above and the columns of earlier phases."""
     if row == 0:
@@ -126,20 +126,20 @@ def predict(tile, row, col, width, bits):
     return predict_between(left, left, up, upleft, upleft)
 
 
-@device
+@device(cpu_inline=True)
 def unpredicted(left, right, up, upleft, upright, residual, mask):
     """The sample whose prediction from these neighbours is off by the mapped residual."""
     return (predict_between(np.int64(left), np.int64(right), np.int64(up), np.int64(upleft), np.int64(upright))
             + unzigzag(np.int64(residual))) & mask
 
 
-@device
+@device(cpu_inline=True)
 def slot(col):
     """Where unpredict_row keeps column col of a row: [col % PERIOD, col // PERIOD]."""
     return col & (PERIOD - 1), col >> (PHASES - 1)
 
 
-@device
+@device(cpu_inline=True)
 def unpredict_row(residuals, current, above, row, width, bits):
     """The samples of a row (into current) from its mapped residuals, phase by phase; above holds
     the samples of the row before. Both hold a row transposed, column col at slot(col), so that a
@@ -181,7 +181,7 @@ def unpredict_row(residuals, current, above, row, width, bits):
 # ---------------------------------------------------------------- decoding
 
 
-@device
+@device(cpu_inline=True)
 def unpack_samples(buf, pos, values, col, count, width_bits):
     """values[col:col+count] = count fields of width_bits at bit pos."""
     field_mask = (np.int64(1) << width_bits) - 1
@@ -200,7 +200,7 @@ def unpack_samples(buf, pos, values, col, count, width_bits):
 UNARY_CHUNK = 48  # bits of a Rice group's unary part decode_rice_group takes per window (<= PEEK_BITS)
 
 
-@device
+@device(cpu_inline=True)
 def decode_rice_group(buf, pos, values, col, count, k, qsum, bits):
     """Decode a Rice group at pos (count remainders of k bits, then the unary part) into values.
     False unless its unary part holds exactly count ones in count + qsum bits, the last bit one,
@@ -263,7 +263,7 @@ def sparse_entry(buf, pos, size, index, count, width):
     return position, value, previous < position and position < count
 
 
-@device
+@device(cpu_inline=True)
 def decode_sparse_group(buf, pos, values, col, count, size, width):
     """Decode a sparse group at pos (size positions, then size values of width bits) into
     values[col:col+count]. False unless its positions rise strictly and lie below count."""
@@ -280,7 +280,7 @@ def decode_sparse_group(buf, pos, values, col, count, size, width):
 BITMAP_CHUNK = 48  # bitmap bits decode_bitmap_group takes per window (<= PEEK_BITS)
 
 
-@device
+@device(cpu_inline=True)
 def decode_bitmap_group(buf, pos, values, col, count, size, width):
     """Decode a bitmap group at pos (count bits, then size values of width bits, one per set bit in
     column order) into values[col:col+count]. False unless exactly size bits are set."""
@@ -300,7 +300,7 @@ def decode_bitmap_group(buf, pos, values, col, count, size, width):
     return listed == size
 
 
-@device
+@device(cpu_inline=True)
 def decode_fast_row_residuals(buf, pos, end_bit, values, width, bits, extended):
     """Decode the mapped residuals of the row at bit pos into values, its group codes from the
     extended table or not; returns (status, bit position after the row)."""

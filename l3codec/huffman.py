@@ -44,7 +44,7 @@ TABLE_SIZE = TABLE_STARTS + MAX_CODE_BITS + 1
 EXTENSION_BITS = 8
 
 
-@device
+@device(cpu_inline=True)
 def table_length(buf, lengths_at, n):
     """The code length of a table's n-th symbol with a code (its nibble)."""
     return (np.int64(buf[lengths_at + (n >> 1)]) >> (4 * (n & 1))) & 15
@@ -102,7 +102,7 @@ def read_tables(buf, pos, end, tables):
     return STATUS_OK, pos
 
 
-@device
+@device(cpu_inline=True)
 def decode_symbol(buf, bit_pos, tables, table):
     """One symbol of `table` at bit_pos: (symbol, bit position after it); the symbol is -1 where the
     bits match no code (puff's canonical decoding: a length at a time, no lookup table)."""
@@ -123,7 +123,7 @@ def decode_symbol(buf, bit_pos, tables, table):
     return np.int64(-1), bit_pos + MAX_CODE_BITS
 
 
-@device
+@device(cpu_inline=True)
 def coded_length(buf, bit_pos, end_bit, length):
     """lz4block.lz_length in the bits: (length, bit position after it), the position -1 past end_bit."""
     if length == 15:

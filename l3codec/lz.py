@@ -142,7 +142,7 @@ def pixel_bytes(pixels, bits, raw):
     return channels * height * width * bytes_per_sample
 
 
-@device
+@device(cpu_inline=True)
 def hash_at(raw, i):
     """A hash of raw[i:i + HASH_BYTES]: the chains hold positions whose next HASH_BYTES bytes may repeat."""
     word = np.uint64(0)
@@ -191,6 +191,8 @@ def put_length(out, pos, length):
     return pos + 1
 
 
+# put_sequence and longest_match stay calls on the CPU: each inlined cost about 0.35 s of first
+# use per dtype, for no speed measured (the per-byte helpers around them are inlined)
 @device
 def put_sequence(out, pos, raw, anchor, literals, offset, match):
     """One sequence: token, literal length, literals and, for match > 0, offset and match length."""
@@ -213,13 +215,13 @@ def put_sequence(out, pos, raw, anchor, literals, offset, match):
     return pos
 
 
-@device
+@device(cpu_inline=True)
 def sequence_bytes(literals, match):
     """Bytes put_sequence writes at most."""
     return 1 + literals + literals // 255 + 1 + 2 + match // 255 + 1
 
 
-@device
+@device(cpu_inline=True)
 def chain_position(raw, i, head, chain):
     """Put position i at the head of its hash's chain."""
     h = hash_at(raw, i)

@@ -9,7 +9,7 @@ from .jit import device
 MIN_MATCH = 4  # a token's match nibble counts from here
 
 
-@device
+@device(cpu_inline=True)
 def lz_length(buf, pos, end, length):
     """A token nibble's length with its extension bytes (a nibble of 15 adds bytes until one is not
     255): (length, position after it), the position -1 when the block ends inside it."""
@@ -25,7 +25,7 @@ def lz_length(buf, pos, end, length):
     return np.int64(length), np.int64(pos)
 
 
-@device
+@device(cpu_inline=True)
 def copy_match(out, first, produced, offset, match, size):
     """Append `match` bytes to out[first:first + produced], each the byte `offset` before it: whether
     the match is sound (an offset within the output so far, not 0; the match within `size` bytes)."""

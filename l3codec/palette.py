@@ -24,7 +24,9 @@ def palette_allowed(channels, bits):
     return channels * 16 <= KEY_BITS or bits == 8
 
 
-@device
+# The palette's helpers are inlined on the CPU: each compiled apart cost about half a second
+# of the first use.
+@device(cpu_inline=True)
 def colour_key(pixels, row, col):
     """The pixel (channels, row, col) of a (channels, h, w) view as one integer, channel 0 highest."""
     key = np.int64(0)
@@ -33,7 +35,7 @@ def colour_key(pixels, row, col):
     return key
 
 
-@device
+@device(cpu_inline=True)
 def hash_slot(key):
     """A slot of the hash table: bits 20.. of a multiplicative hash of the key folded to 32 bits
     (the product stays below 2**63: no int64 overflows)."""
@@ -41,7 +43,7 @@ def hash_slot(key):
     return ((folded * 0x5BD1E995) >> 20) & (HASH_SLOTS - 1)
 
 
-@device
+@device(cpu_inline=True)
 def find_slot(table_keys, table_used, key):
     slot = hash_slot(key)
     while table_used[slot] and table_keys[slot] != key:
@@ -49,7 +51,7 @@ def find_slot(table_keys, table_used, key):
     return slot
 
 
-@device
+@device(cpu_inline=True)
 def tile_palette(pixels, keys, table_keys, table_used):
     """The distinct colours of a (channels, h, w) tile: their count, their keys sorted into
     keys[:count]; 0 when there are more than PALETTE_MAX_COLOURS. The table (HASH_SLOTS
@@ -76,7 +78,7 @@ def tile_palette(pixels, keys, table_keys, table_used):
     return count
 
 
-@device
+@device(cpu_inline=True)
 def sort_keys(keys, count):
     """keys[:count] in rising order: an insertion sort (at most PALETTE_MAX_COLOURS keys), which
     compiles in a fraction of the time numpy's sort takes under Numba."""
@@ -89,7 +91,7 @@ def sort_keys(keys, count):
         keys[j + 1] = key
 
 
-@device
+@device(cpu_inline=True)
 def palette_indices(pixels, keys, count, table_keys, table_used, table_index, index_plane):
     """index_plane[row, col] = the rank of the pixel's colour among keys[:count] (tile_palette's table)."""
     for i in range(count):
@@ -105,19 +107,19 @@ def palette_indices(pixels, keys, count, table_keys, table_used, table_index, in
             index_plane[row, col] = index
 
 
-@device
+@device(cpu_inline=True)
 def palette_may_pay(keys, count, channels):
     """False for a tile of one colour, or of one channel whose values leave no gap (its indices
     would be its values less the smallest: the same residuals, and a table to pay for)."""
     return count >= 2 and (channels > 1 or keys[count - 1] - keys[0] + 1 > count)
 
 
-@device
+@device(cpu_inline=True)
 def palette_table_bytes(count, channels, bits):
     return PALETTE_HEADER_BYTES + count * channels * (bits // 8)
 
 
-@device
+@device(cpu_inline=True)
 def write_palette_table(keys, count, channels, bits, out, start):
     """The palette stream's kind, count and colour table at out[start:]; its index stream follows."""
     out[start] = KIND_PALETTE
@@ -130,7 +132,7 @@ def write_palette_table(keys, count, channels, bits, out, start):
             pos += bytes_per_sample
 
 
-@device
+@device(cpu_inline=True)
 def write_palette_member(out, start):
     out[start] = KIND_PALETTE_MEMBER
     return 1

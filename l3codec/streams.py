@@ -24,7 +24,7 @@ def holds_tile(kind):
     return kind == KIND_PALETTE or is_pixel_lz(kind)
 
 
-@device
+@device(cpu_inline=True)
 def open_stream(buf, start, end, channel, tile_start, channels, bytes_per_sample):
     """Where a tile-channel's plane stream begins: (status, plane start, colours). tile_start is the
     start of the tile's channel-0 stream. colours is PLANE_OWN for kinds 0-2, 5, 6 and 8 (the plane stream is the
@@ -65,7 +65,7 @@ def plane_stream_status(buf, start, end, channel, tile_start, channels, bytes_pe
     return status, plane_start, colours
 
 
-@device
+@device(cpu_inline=True)
 def palette_sample(buf, start, colours, index, channel, channels, bytes_per_sample):
     """Channel `channel` of colour `index` of the palette stream at start, which holds `colours`
     colours. An index past the last colour selects the last (the encoder never writes one): every
@@ -75,7 +75,7 @@ def palette_sample(buf, start, colours, index, channel, channels, bytes_per_samp
                        bytes_per_sample)
 
 
-@device
+@device(cpu_inline=True)
 def read_sample(buf, pos, bytes_per_sample):
     """A little-endian sample of 1 or 2 bytes at byte pos."""
     value = np.int64(buf[pos])
@@ -103,7 +103,7 @@ def is_coded(kind):
     return kind == KIND_CODED or kind == KIND_CODED_EXTENDED
 
 
-@device
+@device(cpu_inline=True)
 def uncoded_sample(buf, start, kind, index, bytes_per_sample):
     """Sample `index` (row-major in the tile) of a constant or raw stream."""
     if kind == KIND_CONSTANT:

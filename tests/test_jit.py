@@ -29,6 +29,23 @@ def test_device_functions_see_the_shared_namespace():
     assert compiled.scaled(2) == 6
 
 
+def test_the_cpu_build_inlines_exactly_the_functions_marked_so():
+    import numba
+
+    from l3codec import compact, cpu
+
+    if numba.config.DISABLE_JIT:
+        pytest.skip("nothing compiles under NUMBA_DISABLE_JIT")
+    marked = {name: value.l3_cpu_inline for name, value in vars(compact).items()
+              if getattr(value, "l3_device", False)}
+    assert any(marked.values()) and not all(marked.values())
+    for name, cpu_inline in marked.items():
+        if name in cpu._REPLACEMENTS:
+            continue
+        options = getattr(cpu._dev, name).targetoptions
+        assert (options.get("inline") == "always") == cpu_inline, name
+
+
 def test_a_name_with_two_meanings_is_refused():
     with pytest.raises(RuntimeError, match="SCALE means different things"):
         compile_device_functions([_module("a", 3), _module("b", 4)], lambda f: f)
