@@ -23,7 +23,8 @@ before it is read. Both ends check the peer's uid (SO_PEERCRED). Each batch's te
 one anonymous memory file (memfd) whose descriptor goes with the message (SCM_RIGHTS): it has
 no name another user could open or guess, and the kernel frees it once the producer and every
 consumer have closed it, whoever dies first. Both ends send a pulse each `peer_timeout / 4`
-seconds: a peer silent for `peer_timeout` (a stopped process) is dropped or reported.
+seconds: a peer silent for `peer_timeout` (a stopped process) is dropped or reported, and with
+BatchServer(hold_timeout=) so is a live consumer that stops taking the batches sent to it.
 """
 
 from __future__ import annotations
@@ -81,7 +82,8 @@ def default_socket_path() -> str:
         os.mkdir(directory, 0o700)
     except FileExistsError:
         pass
-    _check_private_directory(directory)
+    _check_private_directory(directory, advice="the default directory is taken: pass a socket path in a "
+                                               "directory of your own, or set XDG_RUNTIME_DIR")
     return os.path.join(directory, SOCKET_NAME)
 
 
@@ -92,21 +94,21 @@ def _owner(uid: int) -> str:
         return f"uid {uid}"
 
 
-def _check_private_directory(directory: str) -> None:
+def _check_private_directory(directory: str, advice: str = "use a directory of your own "
+                                                           "(default_socket_path())") -> None:
     """Refuse a directory that is a link, belongs to another user or that another user can write."""
     try:
         info = os.lstat(directory)
     except OSError as error:
         raise L3Error(f"socket directory {directory}: {error.strerror}") from None
     if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
-        raise L3Error(f"socket directory {directory} is not a directory (a link is refused)")
+        raise L3Error(f"socket directory {directory} is not a directory (a link is refused): {advice}")
     if info.st_uid not in (os.geteuid(), 0):
-        raise L3Error(f"socket directory {directory} belongs to {_owner(info.st_uid)}: use a directory of "
-                      f"your own (default_socket_path())")
+        raise L3Error(f"socket directory {directory} belongs to {_owner(info.st_uid)}: {advice}")
     if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         raise L3Error(f"socket directory {directory} is writable by other users (mode "
-                      f"{stat.S_IMODE(info.st_mode):o}): another user could put a socket there first; use a "
-                      f"directory only you can write (default_socket_path())")
+                      f"{stat.S_IMODE(info.st_mode):o}): another user could put a socket there first; "
+                      f"{advice}")
 
 
 def _peer_uid(sock: socket.socket) -> tuple[int, int]:
@@ -288,7 +290,7 @@ class _Consumer:
         self.sock, self.join, self.pid, self.uid = sock, join, pid, uid
         self.active = False  # receives batches (from its join point on)
         self.gone = False
-        self.pending = set()  # batch numbers sent and not acknowledged
+        self.pending = {}  # batch number -> when it was sent, until acknowledged
         self.sending = threading.Lock()
         self.out = sock.dup()  # its own timeout (SEND_TIMEOUT) while sock waits at most a pulse
         self.out.settimeout(SEND_TIMEOUT)
@@ -305,14 +307,22 @@ class BatchServer:
     min_consumers: consumers to wait for before the first batch; after it, at least one.
     allow_uids: users besides this one (and root) whose consumers are served.
     peer_timeout: a consumer silent this long (seconds; a live one pulses every quarter of it)
-    is dropped, so a stopped trainer stalls the others at most this long."""
+    is dropped, so a stopped trainer stalls the others at most this long.
+    hold_timeout: a consumer that has not taken a batch this long after it was sent (seconds; a
+    live process whose loop paused: a breakpoint, a long evaluation) is dropped. None (the
+    default): the slowest consumer sets the pace, however slow. Set it above the longest a trainer
+    may go without taking a batch (evaluation between epochs included) plus `slots` of its steps,
+    as a batch also waits behind those sent before it."""
 
     def __init__(self, loader, path=None, *, slots: int = 4, min_consumers: int = 1, allow_uids=(),
-                 peer_timeout: float = 30.0):
+                 peer_timeout: float = 30.0, hold_timeout: float | None = None):
         if slots < 1:
             raise L3Error(f"slots must be at least 1, not {slots}")
         if not peer_timeout > 0:
             raise L3Error(f"peer_timeout must be positive, not {peer_timeout}")
+        if hold_timeout is not None and not hold_timeout > 0:
+            raise L3Error(f"hold_timeout must be positive or None, not {hold_timeout}")
+        self.hold_timeout = None if hold_timeout is None else float(hold_timeout)
         self.loader, self.slots, self.min_consumers = loader, slots, min_consumers
         self.path = os.fspath(path) if path is not None else default_socket_path()
         self.allow_uids, self.peer_timeout = frozenset(allow_uids), float(peer_timeout)
@@ -458,7 +468,7 @@ class BatchServer:
     def _listen(self, consumer: _Consumer, pulse: float) -> None:
         heard = sent = time.monotonic()
         reason = None
-        consumer.sock.settimeout(pulse)
+        consumer.sock.settimeout(pulse if self.hold_timeout is None else min(pulse, self.hold_timeout / 4))
         while reason is None and not consumer.gone:
             try:
                 message = _receive(consumer.sock, CONTROL_LIMIT)
@@ -470,7 +480,7 @@ class BatchServer:
                     if set(message) != {"ack"} or not isinstance(number, int) or isinstance(number, bool):
                         raise L3Error(f"malformed ack {message!r:.100}")
                     with self._changed:
-                        consumer.pending.discard(number)
+                        consumer.pending.pop(number, None)
                         self._release_taken()
                         self._changed.notify_all()
                 elif set(message) != {"alive"}:
@@ -482,6 +492,8 @@ class BatchServer:
             now = time.monotonic()
             if now - heard > self.peer_timeout and reason is None:
                 reason = f"silent for {now - heard:.1f} s (peer_timeout {self.peer_timeout:g} s)"
+            if self.hold_timeout is not None and reason is None:
+                reason = self._held_too_long(consumer, now)
             if now - sent >= pulse and reason is None:
                 sent = now
                 if not self._send_to(consumer, {"alive": True}):
@@ -499,6 +511,14 @@ class BatchServer:
             else:
                 consumer.sock.close()
             consumer.out.close()
+
+    def _held_too_long(self, consumer: _Consumer, now: float) -> str | None:
+        with self._changed:
+            oldest = min(consumer.pending.items(), key=lambda item: item[1], default=None)
+        if oldest is None or now - oldest[1] <= self.hold_timeout:
+            return None
+        return (f"batch {oldest[0]} not taken {now - oldest[1]:.1f} s after it was sent "
+                f"(hold_timeout {self.hold_timeout:g} s)")
 
     def _send_to(self, consumer: _Consumer, message: dict, fd: int | None = None) -> bool:
         """False where the consumer could not take it (gone, or its socket full for SEND_TIMEOUT)."""
@@ -549,12 +569,12 @@ class BatchServer:
             self._segments[number] = fd
             self._sending_number = number
             for consumer in receivers:
-                consumer.pending.add(number)
+                consumer.pending[number] = time.monotonic()
             self.most_outstanding = max(self.most_outstanding, len(self._segments))
         for consumer in receivers:
             if not self._send_to(consumer, message, fd):
                 with self._changed:
-                    consumer.pending.discard(number)  # its listener sees the socket close and drops it
+                    consumer.pending.pop(number, None)  # its listener sees the socket close and drops it
         self.served += 1
         with self._changed:
             self._sending_number = None
@@ -602,7 +622,10 @@ class SharedLoader:
                               f"(SharedLoader(producer_uids=...))")
             self._sock.settimeout(max(connect_timeout, 1.0))
             _send(self._sock, {"join": join})
-            welcome = _receive(self._sock, BATCH_LIMIT)
+            try:
+                welcome = _receive(self._sock, BATCH_LIMIT)
+            except L3Error as error:  # named: which socket and process sent it
+                raise L3Error(f"{self.producer}: {error}") from None
             if welcome is None or set(welcome) != {"welcome"} or not isinstance(welcome["welcome"], dict):
                 raise L3Error(f"{self.producer} did not welcome this consumer: "
                               f"{(welcome or {}).get('dropped', welcome)!r:.200}")

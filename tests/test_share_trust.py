@@ -180,7 +180,9 @@ def test_a_fake_producer_cannot_make_the_consumer_run_code(shared_dir, user):
         while not os.path.exists(path):
             assert producer.poll() is None and time.monotonic() < deadline
             time.sleep(0.02)
-        with pytest.raises(L3Error, match="another user" if user == "nobody" else "not an l3codec.share message"):
+        named = rf"BatchServer at {path} \(pid {producer.pid}, .*\)"  # which socket and process sent it
+        with pytest.raises(L3Error, match=f"{named} runs as another user" if user == "nobody"
+                           else f"{named}: not an l3codec.share message"):
             within(20, keys_of(path, connect_timeout=10))
     finally:
         stop(producer)
@@ -418,6 +420,25 @@ def test_the_default_socket_is_in_a_private_per_user_directory(tmp_path, monkeyp
         default_socket_path()
 
 
+@as_root
+def test_a_default_directory_another_user_made_first_is_refused_with_a_way_out(monkeypatch):
+    from l3codec.share import default_socket_path
+    like_tmp = tempfile.mkdtemp(prefix="l3-share-trust-")
+    try:
+        os.chmod(like_tmp, 0o1777)
+        squatted = os.path.join(like_tmp, f"l3-share-{os.geteuid()}")
+        make_it = "import os, sys; os.mkdir(sys.argv[1]); os.chmod(sys.argv[1], 0o777)"
+        subprocess.run(["/usr/bin/python3", "-c", make_it, squatted], check=True, timeout=30, **as_user(NOBODY))
+        monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+        monkeypatch.setattr(tempfile, "tempdir", like_tmp)
+        with pytest.raises(L3Error, match=rf"{squatted} belongs to nobody \(uid 65534\): the default "
+                                          r"directory is taken: pass a socket path .* or set XDG_RUNTIME_DIR"):
+            default_socket_path()
+        assert os.listdir(squatted) == []
+    finally:
+        shutil.rmtree(like_tmp, ignore_errors=True)
+
+
 def test_a_consumer_waits_for_a_producer_started_later_over_a_stale_socket(tmp_path):
     path = str(tmp_path / "share.sock")
     stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -488,6 +509,51 @@ def test_a_stopped_consumer_stalls_the_others_at_most_peer_timeout(tmp_path):
     log = server.stderr.read()
     assert log.count(f"waiting for 2 consumers at {path}") == 1, log
     assert f"dropped consumer pid {stopped.pid}" in log
+
+
+PAUSING_CONSUMER = textwrap.dedent("""
+    import sys, time
+    from l3codec.format import L3Error
+    from l3codec.share import SharedLoader
+    path, out = sys.argv[1:3]
+    with open(out, "w") as log:
+        try:
+            for number, batch in enumerate(SharedLoader(path, connect_timeout=30)):
+                log.write("batch\\n")
+                log.flush()
+                if number == 1:
+                    time.sleep(8)  # alive (its link thread pulses) but taking nothing: a breakpoint
+        except L3Error as error:
+            log.write(f"L3Error: {error}\\n")
+""")
+
+
+def test_a_live_consumer_that_stops_taking_batches_stalls_the_others_at_most_hold_timeout(tmp_path):
+    path, out = str(tmp_path / "share.sock"), tmp_path / "paused"
+    hold = 2.0
+    server = start_server(path, {"batches": 12, "pause": 0.02, "server": {
+        "slots": 2, "min_consumers": 2, "hold_timeout": hold}}, stderr=subprocess.PIPE, text=True)
+    paused = subprocess.Popen([sys.executable, "-c", PAUSING_CONSUMER, path, str(out)])
+    try:
+        arrivals = []
+
+        def take():
+            with SharedLoader(path, connect_timeout=30) as shared:
+                for batch in shared:
+                    arrivals.append(time.monotonic())
+            return len(arrivals)
+
+        assert within(60, take) == 12
+        gap = max(b - a for a, b in itertools.pairwise(arrivals))
+        assert gap < hold + 2, f"the others stalled {gap:.1f} s behind a consumer paused for 8 s"
+        assert server.wait(30) == 0
+        assert paused.wait(30) == 0
+    finally:
+        stop(paused)
+        stop(server)
+    log = out.read_text()
+    assert log.count("batch") >= 2 and "dropped this consumer: batch " in log and "not taken" in log, log
+    assert f"dropped consumer pid {paused.pid}" in server.stderr.read()
 
 
 # -- #37.8: consumers as multiprocessing children ----------------------------------------------
