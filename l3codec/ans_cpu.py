@@ -1,7 +1,7 @@
 """compact v2's coder on the CPU (issue #39 phase 1): ans.py's row functions compiled with numba.njit, and
 plane-level drivers that encode and decode one plane into a CodedPlane. A CodedPlane is phase 1's own
-in-memory container, not a file: the next phase puts its parts into format 10's streams
-(docs/compact-v2-draft.md), which encode() does not write yet.
+in-memory container for measurements, not a file; kind-10 streams (ans_stream.py, docs/FORMAT.md §6.5) are
+encoded and decoded at the end of this module, and by cpu.py's drivers through it.
 
 Encoding takes three passes over a plane, none storing more than a row of symbols: histograms per
 TABLE_GROUP_ROWS rows without the static bias (also summing the residuals the bias table is made of), with
