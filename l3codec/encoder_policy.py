@@ -30,9 +30,10 @@ TRANSFORM_MIN_SAMPLES = 4096
 FLAT_SHARE = 0.25
 NARROW_SHARE = 0.02  # ... and a colour image's 256 x 64 tiles where they hold this share,
 NARROW_GAIN = 0.01  # kept where 1% smaller
-# compact's coder for coded tiles (cpu.COMPACT_CODERS): "rice" (kind 1) until every decoder reads kind 10
-# ("ans"); "smaller" codes each tile both ways and keeps the smaller
-COMPACT_CODER = "rice"
+# compact's coder for coded tiles (cpu.COMPACT_CODERS): "ans" (kind 10, version 10), "rice" (kind 1, the
+# coder of versions 1-9), or "smaller": each tile both ways, the smaller kept (0.01% smaller on the corpus
+# for a third of the encode speed: bench/results/compact-v2.md)
+COMPACT_CODER = "ans"
 _FLAT_KINDS = (fmt.KIND_LZ, fmt.KIND_PIXEL_LZ, fmt.KIND_LZ_CODED, fmt.KIND_PIXEL_LZ_CODED, fmt.KIND_PALETTE,
                fmt.KIND_PALETTE_MEMBER)
 

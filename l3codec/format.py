@@ -18,11 +18,12 @@ from dataclasses import dataclass
 import numpy as np
 
 MAGIC = b"L3IM"
-VERSION = 9
-# Every version-2 to -8 file is a valid version-9 file (version 3 gave fast mode's group
+VERSION = 10
+# Every version-2 to -9 file is a valid version-10 file (version 3 gave fast mode's group
 # code 0 its sparse meaning, version 4 added the palette stream kinds, version 5 the fast coded
 # stream with the extended group codes, version 6 the LZ stream, version 7 the pixel LZ stream,
-# version 8 their Huffman-coded forms, version 9 compact tiles taller than one band). Version 1 differs in its
+# version 8 their Huffman-coded forms, version 9 compact tiles taller than one band, version 10 compact's
+# stream kind 10). Version 1 differs in its
 # fast-mode stream (and had no transform 2): its compact files still decode, its fast files are
 # refused with this reason.
 def version_text(package_version: str) -> str:
@@ -85,7 +86,8 @@ class Mode:
 MODE_SPECS = {
     MODE_COMPACT: Mode(MODE_COMPACT, "compact",
                        range(COMPACT_BAND_ROWS, COMPACT_MAX_TILE_HEIGHT + 1, COMPACT_BAND_ROWS),
-                       default_tile_width=512, default_tile_height=COMPACT_BAND_ROWS,
+                       # kind 10's tables per stream pay over the most samples (bench/results/compact-v2.md)
+                       default_tile_width=1024, default_tile_height=COMPACT_MAX_TILE_HEIGHT,
                        default_transform=TRANSFORM_RGB_MEAN),
     MODE_FAST: Mode(MODE_FAST, "fast", range(FAST_MIN_TILE_HEIGHT, FAST_MAX_TILE_HEIGHT + 1, FAST_TILE_HEIGHT_STEP),
                     default_tile_width=512, default_tile_height=64, default_transform=TRANSFORM_RGB_MEAN),
@@ -257,7 +259,7 @@ def parse_header(data) -> tuple:
         raise L3Error(f"truncated: {buf.size} bytes is shorter than the {HEADER_SIZE}-byte header")
     header = buf[:HEADER_SIZE].view(HEADER_DTYPE)[0]
     version = int(header["version"])
-    if version not in (1, 2, 3, 4, 5, 6, 7, 8, VERSION):
+    if version not in (1, 2, 3, 4, 5, 6, 7, 8, 9, VERSION):
         raise L3Error(f"unsupported L3 version {version} (this decoder reads 1 (compact only), 2 to {VERSION})")
     if header["header_size"] != HEADER_SIZE:
         raise L3Error(f"header size {header['header_size']} != {HEADER_SIZE}")

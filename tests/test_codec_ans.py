@@ -1,6 +1,6 @@
-"""Kind 10 in files (format 10, compact v2): the encoder writes it for coded compact tiles when
-encoder_policy.COMPACT_CODER says so, and the CPU decoder reads it wherever it meets it: whole images,
-regions, several threads, check(); a fast file holding one is refused."""
+"""Kind 10 in files (format 10, compact v2): the encoder writes it for coded compact tiles as
+encoder_policy.COMPACT_CODER says (by default), and the CPU decoder reads it wherever it meets it: whole
+images, regions, several threads, check(); a fast file holding one is refused."""
 
 import numba
 import numpy as np
@@ -114,7 +114,14 @@ def test_a_kind_10_stream_in_a_fast_file_is_a_bad_kind():
         l3codec.decode(swapped)
 
 
-def test_the_default_coder_is_still_kind_1():
-    """Until every backend decodes kind 10 (issue #39 decision 1)."""
-    image = make_image("smooth_noise", 64, 64, 1, np.uint8, seed=1)
-    assert set(stream_kinds(l3codec.encode(image, mode="compact"))) == {fmt.KIND_CODED}
+def test_the_default_coder_is_kind_10_in_1024_x_256_tiles_and_kind_1_still_decodes(coder):
+    """Version 10's reference encoder (bench/results/compact-v2.md); kind 1 stays decodable."""
+    image = make_image("smooth_noise", 300, 1100, 1, np.uint8, seed=1)
+    data = l3codec.encode(image, mode="compact")
+    info = l3codec.info(data)
+    assert (info.version, info.tile_width, info.tile_height) == (10, 1024, 256)
+    assert set(stream_kinds(data)) == {fmt.KIND_CODED_ANS}
+    coder("rice")
+    rice = l3codec.encode(image, mode="compact")
+    assert set(stream_kinds(rice)) == {fmt.KIND_CODED} and len(data) < len(rice)
+    np.testing.assert_array_equal(l3codec.decode(rice), image)

@@ -13,7 +13,8 @@ CORPUS = sorted((pathlib.Path(__file__).parent / "fuzz_corpus").glob("*.l3"))
 # every stream decoder of both modes, and an unknown kind byte
 DECODERS = {(mode, kind) for mode in ("compact", "fast")
             for kind in (fmt.KIND_CODED, fmt.KIND_PALETTE, fmt.KIND_LZ, fmt.KIND_PIXEL_LZ, fmt.KIND_LZ_CODED,
-                         fmt.KIND_PIXEL_LZ_CODED)} | {("fast", fmt.KIND_CODED_EXTENDED), ("fast", "unknown")}
+                         fmt.KIND_PIXEL_LZ_CODED)} | {("fast", fmt.KIND_CODED_EXTENDED), ("fast", "unknown"),
+                                                     ("compact", fmt.KIND_CODED_ANS)}
 
 
 def rejecting_decoder(data: bytes) -> tuple:
