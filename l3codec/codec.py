@@ -46,8 +46,8 @@ def encode(
     transform: "subtract-green", "rg-mean" or "none"; default for 3-4 channels: the mode's
     format.DEFAULT_COLOUR_TRANSFORM, or another where a sample of rows predicts a smaller file
     (encoder_policy.chosen_transform).
-    tile_width: the mode's format.DEFAULT_TILE_WIDTH (512).
-    tile_height: the mode's format.DEFAULT_TILE_HEIGHT (compact 32, fast 64), or format.FLAT_TILE_HEIGHT where
+    tile_width: the mode's format.DEFAULT_TILE_WIDTH (compact 1024, fast 512).
+    tile_height: the mode's format.DEFAULT_TILE_HEIGHT (compact 256, fast 64), or format.FLAT_TILE_HEIGHT where
     that makes a smaller file of flat content, colour then in format.FLAT_COLOUR_TILE_WIDTH
     (encoder_policy.smallest_tiling).
     """

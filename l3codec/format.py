@@ -18,11 +18,12 @@ from dataclasses import dataclass
 import numpy as np
 
 MAGIC = b"L3IM"
-VERSION = 9
-# Every version-2 to -8 file is a valid version-9 file (version 3 gave fast mode's group
+VERSION = 10
+# Every version-2 to -9 file is a valid version-10 file (version 3 gave fast mode's group
 # code 0 its sparse meaning, version 4 added the palette stream kinds, version 5 the fast coded
 # stream with the extended group codes, version 6 the LZ stream, version 7 the pixel LZ stream,
-# version 8 their Huffman-coded forms, version 9 compact tiles taller than one band). Version 1 differs in its
+# version 8 their Huffman-coded forms, version 9 compact tiles taller than one band, version 10 compact's
+# stream kind 10). Version 1 differs in its
 # fast-mode stream (and had no transform 2): its compact files still decode, its fast files are
 # refused with this reason.
 def version_text(package_version: str) -> str:
@@ -53,6 +54,7 @@ KIND_LZ = 6  # either mode: the raw stream's bytes as an LZ4 block (version 6, l
 KIND_PIXEL_LZ = 7  # a tile's channel-0 stream: the tile's pixels, channels interleaved, as an LZ4 block (version 7)
 KIND_LZ_CODED = 8  # kind 6 with the LZ4 block's symbols Huffman-coded (version 8, l3codec/huffman.py)
 KIND_PIXEL_LZ_CODED = 9  # kind 7 likewise (version 8)
+KIND_CODED_ANS = 10  # compact only: a tile-channel coded with static-table rANS, its own tables (version 10)
 PALETTE_MAX_COLOURS = 256  # the count byte holds colours - 1
 PALETTE_HEADER_BYTES = 2  # kind, colours - 1
 
@@ -84,7 +86,8 @@ class Mode:
 MODE_SPECS = {
     MODE_COMPACT: Mode(MODE_COMPACT, "compact",
                        range(COMPACT_BAND_ROWS, COMPACT_MAX_TILE_HEIGHT + 1, COMPACT_BAND_ROWS),
-                       default_tile_width=512, default_tile_height=COMPACT_BAND_ROWS,
+                       # kind 10's tables per stream pay over the most samples (bench/results/compact-v2.md)
+                       default_tile_width=1024, default_tile_height=COMPACT_MAX_TILE_HEIGHT,
                        default_transform=TRANSFORM_RGB_MEAN),
     MODE_FAST: Mode(MODE_FAST, "fast", range(FAST_MIN_TILE_HEIGHT, FAST_MAX_TILE_HEIGHT + 1, FAST_TILE_HEIGHT_STEP),
                     default_tile_width=512, default_tile_height=64, default_transform=TRANSFORM_RGB_MEAN),
@@ -256,7 +259,7 @@ def parse_header(data) -> tuple:
         raise L3Error(f"truncated: {buf.size} bytes is shorter than the {HEADER_SIZE}-byte header")
     header = buf[:HEADER_SIZE].view(HEADER_DTYPE)[0]
     version = int(header["version"])
-    if version not in (1, 2, 3, 4, 5, 6, 7, 8, VERSION):
+    if version not in (1, 2, 3, 4, 5, 6, 7, 8, 9, VERSION):
         raise L3Error(f"unsupported L3 version {version} (this decoder reads 1 (compact only), 2 to {VERSION})")
     if header["header_size"] != HEADER_SIZE:
         raise L3Error(f"header size {header['header_size']} != {HEADER_SIZE}")
@@ -357,6 +360,15 @@ STATUS_CORRUPT = 4
 STATUS_MESSAGES = {
     STATUS_BAD_KIND: "unknown stream kind, a kind the file's mode lacks, or a palette kind out of place",
     STATUS_BAD_SIZE: "stream size does not match its contents",
-    STATUS_BAD_HEADER: "stream header out of range",
+    STATUS_BAD_HEADER: "stream header or its tables out of range",
     STATUS_CORRUPT: "bitstream does not decode to its recorded lengths or to valid samples",
 }
+# Kind 10 (l3codec/ans_stream.py) reports through these codes, none of its own (a batch entry holds 3 bits):
+# its header fields out of range and its tables (a table not summing to 2**P, a bit length past P + 1, an
+# alphabet past the sample width's tokens, a bias table or table set cut short) are STATUS_BAD_HEADER; a
+# row-length table or a row past the stream's end, or bytes after the last row, STATUS_BAD_SIZE; a row whose
+# state and tokens do not decode to exactly its bytes (ans.ANS_BAD_STATE, ANS_BAD_TOKEN, ANS_ENDS_EARLY,
+# ANS_ENDS_LATE) STATUS_CORRUPT, as a kind-1 row. The first failing check counts, in the order: header,
+# tables, row-length table, rows from row 0, the end.
+ANS_TABLE_FAULT_STATUS = STATUS_BAD_HEADER
+ANS_ROW_FAULT_STATUS = STATUS_CORRUPT

@@ -278,6 +278,123 @@ VALID_LZ = lz_stream(lz_sequence(LZ_ROW, 16, 32), lz_sequence(b"\x07", 1, 14), l
 LITERALS_64 = coded_lz(lz_stream(lz_sequence(bytes(64))))
 
 
+
+# ---------------------------------------------------------------- kind 10 (docs/FORMAT.md §6.5-§6.9)
+
+
+def ans_tile(rows: int, seed: int = 0) -> np.ndarray:
+    """A compact 8-bit tile of WIDTH columns whose every row takes bytes in kind 10 (noise on a ramp)."""
+    rng = np.random.default_rng(seed)
+    return ((np.arange(WIDTH) * 3)[None, :] + rng.integers(0, 40, (rows, WIDTH))).astype(np.uint8)
+
+
+def ans_layout(stream: bytes, height: int) -> tuple:
+    """(byte position of the row-length table, of row 0's stream, the row lengths) of an 8-bit kind-10
+    stream, read from its layout (§6.5)."""
+    from l3codec import ans
+
+    pos = 4 + (ans.GRADIENT_CONTEXTS if stream[1] & 1 else 0)
+    freq = np.zeros((ans.ANS_CONTEXTS, ans.token_count(16)), np.int64)
+    alphabets = np.zeros(ans.ANS_CONTEXTS, np.int64)
+    status, end_bit = ans.read_tables(np.frombuffer(stream, np.uint8), pos * 8, len(stream) * 8, 8, stream[2],
+                                      freq, alphabets)
+    assert status == ans.ANS_OK
+    table, bits = (end_bit + 7) // 8, stream[3]
+    value = int.from_bytes(stream[table:table + (height * bits + 7) // 8], "little")
+    lengths = [(value >> (row * bits)) & ((1 << bits) - 1) for row in range(height)]
+    return table, table + (height * bits + 7) // 8, lengths
+
+
+def ans_with_lengths(stream: bytes, height: int, lengths) -> bytes:
+    """stream with its row-length table rewritten (the same width)."""
+    table, rows, _ = ans_layout(stream, height)
+    value = sum(length << (row * stream[3]) for row, length in enumerate(lengths))
+    return stream[:table] + value.to_bytes(rows - table, "little") + stream[rows:]
+
+
+def ans_with_byte(stream: bytes, index: int, value: int) -> bytes:
+    return stream[:index] + bytes([value]) + stream[index + 1:]
+
+
+def ans_tables_stream(freq_by_context: dict, precision: int = 11, length_bits: int = 8) -> bytes:
+    """A kind-10 header (unbiased, 8-bit) and a hand-made table set ({context: frequencies}), nothing after."""
+    from l3codec import ans, bitio
+
+    freq = np.zeros((ans.ANS_CONTEXTS, ans.token_count(16)), np.int64)
+    alphabets = np.zeros(ans.ANS_CONTEXTS, np.int64)
+    for ctx, frequencies in freq_by_context.items():
+        freq[ctx, :len(frequencies)] = frequencies
+        alphabets[ctx] = len(frequencies)
+    out = np.zeros(2048, np.uint8)
+    writer = np.zeros(bitio.WRITER_STATE_SIZE, np.int64)
+    bitio.writer_init(writer, 0, out.shape[0])
+    ans.write_tables(freq, alphabets, out, writer)
+    return bytes([fmt.KIND_CODED_ANS, 0, precision, length_bits]) + bytes(out[:bitio.writer_flush(out, writer)])
+
+
+def ans_status_cases() -> dict:
+    """Kind 10's checks (§6.9) in compact single-stream files, each with the status every decoder gives."""
+    from l3codec import ans_cpu
+
+    ok, kind, size, header, corrupt = (fmt.STATUS_OK, fmt.STATUS_BAD_KIND, fmt.STATUS_BAD_SIZE,
+                                       fmt.STATUS_BAD_HEADER, fmt.STATUS_CORRUPT)
+    biased = ans_cpu.encode_stream(ans_tile(4), bias="on")
+    plain = ans_cpu.encode_stream(ans_tile(4, 1), bias="off")
+    bands = ans_cpu.encode_stream(ans_tile(34, 2), bias="on")
+    _, rows, lengths = ans_layout(biased, 4)
+    _, band_rows, band_lengths = ans_layout(bands, 34)
+    state_top = rows + 3 - (lengths[0] & 1)  # the top byte of row 0's 3- or 4-byte final state
+    bias_end = 4 + 41
+    # the longest length L bits hold: more than a row needs, so the row passes the stream's end
+    longest, band_longest = (1 << biased[3]) - 1, (1 << bands[3]) - 1
+    assert longest > lengths[3] + 2 and band_longest > band_lengths[33] + 2
+    tokens_two = {0: [1024, 1024]}  # context 0 codes tokens 0 and 1, the others nothing
+    return {
+        "compact kind 10, biased": (biased, 4, ok),
+        "compact kind 10, unbiased": (plain, 4, ok),
+        "compact kind 10, two bands": (bands, 34, ok),
+        "compact kind 10, every row empty": (ans_tables_stream({0: [2048]}, length_bits=0), 4, ok),
+        "compact kind 10 palette indices": (palette_stream(60, biased), 4, ok),
+        "compact kind 10, header cut short": (biased[:3], 4, size),
+        "compact kind 10, flags bit 1": (ans_with_byte(biased, 1, 3), 4, header),
+        "compact kind 10, precision 5": (ans_with_byte(biased, 2, 5), 4, header),
+        "compact kind 10, precision 13": (ans_with_byte(biased, 2, 13), 4, header),
+        "compact kind 10, row-length bits 32": (ans_with_byte(biased, 3, 32), 4, header),
+        "compact kind 10, bias table cut short": (biased[:bias_end - 1], 4, header),
+        "compact kind 10, table set cut short": (biased[:bias_end + 3], 4, header),
+        "compact kind 10, alphabet past its tokens": (ans_with_byte(biased, bias_end, 25), 4, header),
+        "compact kind 10, table short of its precision": (ans_tables_stream({0: [1024, 1023]}), 4, header),
+        "compact kind 10, frequency wider than P + 1 bits": (ans_tables_stream({0: [2048]}, precision=10), 4,
+                                                             header),
+        "compact kind 10, row-length table past the end": (biased[:rows - 1], 4, size),
+        "compact kind 10, last row past the end": (biased[:-1], 4, size),
+        "compact kind 10, bytes after the last row": (biased + b"\0", 4, size),
+        "compact kind 10, state not in its fewest bytes": (ans_with_byte(biased, state_top, 0), 4, corrupt),
+        "compact kind 10, row 0 short, row 1 long": (
+            ans_with_lengths(biased, 4, [lengths[0] - 2, lengths[1] + 2, *lengths[2:]]), 4, corrupt),
+        "compact kind 10, row 0 long, row 1 short": (
+            ans_with_lengths(biased, 4, [lengths[0] + 2, lengths[1] - 2, *lengths[2:]]), 4, corrupt),
+        # state 3072 decodes token 1 twice (128 -> 127 -> 126): the third sample's activity 2 picks context 2
+        "compact kind 10, a context without tokens": (
+            ans_tables_stream(tokens_two, length_bits=2) + bytes([2]) + (3072).to_bytes(2, "little"), 1, corrupt),
+        "compact kind 10, state left at the end": (ans_tables_stream(tokens_two, length_bits=1) + bytes([1, 5]),
+                                                   1, corrupt),
+        "compact kind 10, second band's row corrupt": (
+            ans_with_lengths(bands, 34, [*band_lengths[:32], band_lengths[32] - 2, band_lengths[33] + 2]), 34,
+            corrupt),
+        # several faults: header, tables, row-length table, rows from row 0, the end
+        "compact kind 10, row 0 corrupt, bytes after the last row": (
+            ans_with_byte(biased, state_top, 0) + b"\0", 4, corrupt),
+        "compact kind 10, bad table and a corrupt row": (
+            ans_with_byte(ans_with_byte(biased, state_top, 0), bias_end, 25), 4, header),
+        "compact kind 10, row 1 corrupt, row 3 past the end": (
+            ans_with_lengths(biased, 4, [lengths[0], lengths[1] - 2, lengths[2] + 2, longest]), 4, corrupt),
+        "compact kind 10, second band corrupt, its last row past the end": (
+            ans_with_lengths(bands, 34, [*band_lengths[:32], band_lengths[32] - 2, band_longest]), 34, corrupt),
+        "fast kind 10": (bytes([fmt.KIND_CODED_ANS]) + fast_stream(VALID_FAST_ROWS)[1:], 3, kind),
+    }
+
+
 def status_cases() -> dict:
     """{name: (file, the status every decoder must report)}: every status code in both modes,
     and streams with several faults, where the first failing row decides (docs/FORMAT.md §8)."""
@@ -384,7 +501,7 @@ def status_cases() -> dict:
         "compact coded LZ, a length byte cut by the end": (LITERALS_64[:-9], 4, corrupt),
         "compact coded pixel LZ in channel 1": ((bytes([fmt.KIND_CONSTANT, 7]), coded_lz(VALID_PIXEL_LZ)), 4, kind),
         "compact coded LZ beside a pixel LZ tile": ((coded_lz(VALID_PIXEL_LZ), MEMBER, coded_lz(VALID_LZ)), 4, kind),
-        "compact kind 10": (bytes([10]) + compact_stream(valid4)[1:], 4, kind),
+        "compact kind 11 (past the last)": (bytes([fmt.KIND_CODED_ANS + 1]) + compact_stream(valid4)[1:], 4, kind),
         "compact constant too long": (bytes([fmt.KIND_CONSTANT, 7, 7]), 4, size),
         "compact raw too short": (bytes([fmt.KIND_RAW]) + bytes(4 * WIDTH - 1), 4, size),
         "compact header cut short": (compact_stream(valid4)[:7], 4, size),
@@ -537,6 +654,7 @@ def status_cases() -> dict:
     cases["fast 16-bit extended, a Rice parameter past the largest"] = (
         fast_stream([fast_row([(2 ** fast_codec.code_bits(16, True) - 1, 0, []), None], 16, extended_codes=True)],
                     kind=fmt.KIND_CODED_EXTENDED), 1, header, 16)
+    cases.update(ans_status_cases())
     files = {}
     for name, (stream, height, code, *bits) in cases.items():
         if name.startswith("compact"):

@@ -11,6 +11,7 @@ rejected there is saved too, so the replay test exercises those paths forever.
 
 import argparse
 import pathlib
+import re
 import sys
 
 import numpy as np
@@ -39,11 +40,20 @@ def outcome(data: bytes) -> str:
     return "image"
 
 
+def rejected_kind(data: bytes, result: str) -> int:
+    """The kind byte of the stream a rejection names ("corrupt stream (tile T, channel C)")."""
+    tile, channel = map(int, re.search(r"tile (\d+), channel (\d+)", result).groups())
+    parsed = l3codec.format.parse(data, verify=False)
+    return data[parsed.stream_starts[tile * parsed.info.channels + channel]]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--iterations", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--keep", type=int, default=40, help="stream-level rejections to save")
+    parser.add_argument("--kind", type=int, default=None,
+                        help="save only rejections of a stream of this kind byte (a new kind's decoder)")
     args = parser.parse_args()
     rng = np.random.default_rng(args.seed)
     seeds = [path.read_bytes() for path in sorted((HERE / "golden").glob("*.l3"))]
@@ -57,7 +67,8 @@ def main() -> int:
             bugs += 1
             (CORPUS / f"crash-{args.seed}-{i}.l3").write_bytes(damaged)
             print(f"iteration {i}: {result}")
-        elif result.startswith("error: corrupt stream") and kept < args.keep:
+        elif (result.startswith("error: corrupt stream") and kept < args.keep
+              and (args.kind is None or rejected_kind(damaged, result) == args.kind)):
             kept += 1
             (CORPUS / f"stream-{args.seed}-{i}.l3").write_bytes(damaged)
     print(f"{args.iterations} inputs, {bugs} bugs, {kept} stream-level rejections kept in {CORPUS}")

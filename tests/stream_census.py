@@ -10,7 +10,7 @@ from l3codec import format as fmt
 
 KIND_NAMES = {fmt.KIND_CONSTANT: "constant", fmt.KIND_CODED: "coded", fmt.KIND_CODED_EXTENDED: "coded", fmt.KIND_RAW: "raw",
               fmt.KIND_PALETTE: "palette", fmt.KIND_PALETTE_MEMBER: "member", fmt.KIND_LZ: "lz", fmt.KIND_PIXEL_LZ: "pixel_lz",
-              fmt.KIND_LZ_CODED: "lz", fmt.KIND_PIXEL_LZ_CODED: "pixel_lz"}  # coded LZ streams counted again as "huffman"
+              fmt.KIND_LZ_CODED: "lz", fmt.KIND_PIXEL_LZ_CODED: "pixel_lz", fmt.KIND_CODED_ANS: "coded"}  # coded LZ streams counted again as "huffman"
 
 
 def stream_census(data) -> dict:
@@ -85,7 +85,7 @@ def fast_census(data) -> dict:
 
 
 PLANE_KINDS = (fmt.KIND_CONSTANT, fmt.KIND_CODED, fmt.KIND_RAW, fmt.KIND_CODED_EXTENDED, fmt.KIND_LZ,
-               fmt.KIND_LZ_CODED)  # kinds that hold one plane of a tile alone
+               fmt.KIND_LZ_CODED, fmt.KIND_CODED_ANS)  # kinds that hold one plane of a tile alone
 
 
 def assert_within_encoder_bound(data) -> None:

@@ -18,8 +18,11 @@ from l3codec import format as fmt
 
 def _sample_files():
     return {
-        "compact_rgb": l3codec.encode(make_image("smooth_noise", 40, 70, 3, np.uint8, 1), tile_width=32),
-        "compact_labels16": l3codec.encode(make_image("labels", 50, 40, 1, np.uint16, 2), tile_width=16),
+        # 32-row tiles, which a header relabelled to version 1 still allows
+        "compact_rgb": l3codec.encode(make_image("smooth_noise", 40, 70, 3, np.uint8, 1), tile_width=32,
+                                      tile_height=32),
+        "compact_labels16": l3codec.encode(make_image("labels", 50, 40, 1, np.uint16, 2), tile_width=16,
+                                           tile_height=32),
         "fast_rgba16": l3codec.encode(
             make_image("smooth_noise", 30, 41, 4, np.uint16, 3), mode="fast", tile_width=16, tile_height=8
         ),
@@ -143,15 +146,29 @@ def test_stream_table_must_increase():
 
 
 def _stream_padding_bit(data):
-    """(byte, bit) of a padding bit at the end of a coded compact stream: changing it leaves the
-    pixels alone (docs/FORMAT.md §9) and only the payload checksum notices."""
+    """(byte, bit) of a padding bit at the end of a coded compact stream (kind 1), or of a kind-10 stream's
+    row-length table or table set: changing it leaves the pixels alone (docs/FORMAT.md §9) and only the
+    payload checksum notices."""
+    from corruption import ans_layout
+
+    from l3codec import ans
+
     parsed = fmt.parse(data)
     info = parsed.info
     bits = np.unpackbits(np.frombuffer(data, np.uint8), bitorder="little")
     for stream, (start, end) in enumerate(zip(parsed.stream_starts, parsed.stream_ends)):
+        rows = int(info.tile_rows(stream // info.channels // info.tiles_x))
+        if data[start] == fmt.KIND_CODED_ANS and info.bits == 8:
+            if rows * data[start + 3] % 8:  # the row-length table ends inside its last byte
+                return int(start) + ans_layout(bytes(data[start:end]), rows)[1] - 1, 7
+            biased = data[start + 1] & 1
+            freq, alphabets = np.zeros((15, 40), np.int64), np.zeros(15, np.int64)
+            _, end_bit = ans.read_tables(np.frombuffer(data, np.uint8), (start + 4 + 41 * biased) * 8, end * 8, 8,
+                                         data[start + 2], freq, alphabets)
+            if end_bit % 8:  # the table set ends inside its last byte
+                return int(end_bit // 8), 7
         if data[start] != fmt.KIND_CODED:
             continue
-        rows = int(info.tile_rows(stream // info.channels // info.tiles_x))
         length_bits = data[start + 7]
         table = bits[(start + 8) * 8:(start + 8) * 8 + rows * length_bits].reshape(rows, length_bits)
         used = 8 * (8 + (rows * length_bits + 7) // 8) + int((table << np.arange(length_bits)).sum())
@@ -172,7 +189,7 @@ def test_payload_checksum_can_be_skipped():
         l3codec.decode(bytes(padded))
     np.testing.assert_array_equal(l3codec.decode(bytes(padded), verify=False), expected)
     broken = bytearray(data)
-    broken[fmt.parse(data).payload_offset] = fmt.KIND_PIXEL_LZ_CODED + 1  # the first stream's kind byte: no such kind
+    broken[fmt.parse(data).payload_offset] = fmt.KIND_CODED_ANS + 1  # the first stream's kind byte: no such kind
     with pytest.raises(l3codec.L3Error, match="payload checksum"):
         l3codec.decode(bytes(broken))
     with pytest.raises(l3codec.L3Error, match="corrupt stream .tile 0, channel 0.: unknown stream kind"):

@@ -369,7 +369,7 @@ def test_every_status_code_is_reachable_in_encoded_files():
             fast_kinds.add(data[start])
         code_bits = fast.code_bits(8, extended)
         bad_kind = bytearray(data)
-        bad_kind[start] = fmt.KIND_PIXEL_LZ_CODED + 1  # past the last kind
+        bad_kind[start] = fmt.KIND_CODED_ANS + 1  # past the last kind
         cases.append((reseal(bytes(bad_kind)), fmt.STATUS_BAD_KIND))
         if mode == "compact":  # fast mode's extended kind
             bad_kind[start] = fmt.KIND_CODED_EXTENDED
@@ -573,7 +573,7 @@ def test_kernel_constants_come_from_the_python_codec():
     }
     assert {name: constants[name] for name in python} == python
     kinds = [name for name in vars(fmt) if name.startswith("KIND_")]
-    assert len(kinds) == 10 and set(kinds) <= set(constants)  # every stream kind, a new one included
+    assert len(kinds) == 11 and set(kinds) <= set(constants)  # every stream kind, a new one included
     lib = kernel_library()
     assert [lib.l3emu_constant(i) for i in range(len(constants))] == list(constants.values())
     for path in cuda_c.KERNEL_DIR.glob("*.cu*"):

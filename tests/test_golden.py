@@ -20,6 +20,7 @@ VERSION5 = GOLDEN / "v5"  # and by version 5
 VERSION6 = GOLDEN / "v6"  # and by version 6
 VERSION7 = GOLDEN / "v7"  # and by version 7
 VERSION8 = GOLDEN / "v8"  # and by version 8
+VERSION9 = GOLDEN / "v9"  # and by version 9
 
 
 def _stored_version(data):
@@ -144,7 +145,8 @@ def test_golden_files_hold_pixel_lz_streams():
 
 def test_golden_files_hold_compact_tiles_of_several_bands():
     """Version 9: compact tiles taller than a band, with coded streams (each band's first row without a
-    row above), palette and LZ tiles, and partial last bands."""
+    row above), LZ tiles, and partial last bands (tests/golden/v9 holds kind-1 and palette tiles of several
+    bands)."""
     kinds, partial = set(), False
     for name in NAMES:
         data = (GOLDEN / f"{name}.l3").read_bytes()
@@ -152,11 +154,27 @@ def test_golden_files_hold_compact_tiles_of_several_bands():
         if info.mode == "compact" and info.tile_height > fmt.COMPACT_BAND_ROWS:
             kinds |= {int(data[start]) for start in fmt.parse(data).stream_starts}
             partial |= info.height % info.tile_height % fmt.COMPACT_BAND_ROWS != 0
-    assert {fmt.KIND_CODED, fmt.KIND_PALETTE, fmt.KIND_PIXEL_LZ_CODED} <= kinds and partial, kinds
+    assert {fmt.KIND_CODED_ANS, fmt.KIND_PIXEL_LZ_CODED} <= kinds and partial, kinds
+
+
+def test_golden_files_hold_kind_10_streams():
+    """Version 10: compact's stream kind 10, biased and unbiased, 8- and 16-bit, a palette's index plane
+    aside (the coded compact streams are all kind 10), and in the reference encoder's own tiles."""
+    reached, default_tiles = set(), False
+    for name in NAMES:
+        data = (GOLDEN / f"{name}.l3").read_bytes()
+        info = l3codec.info(data)
+        for _, start, _ in plane_streams(data):
+            assert info.mode == "fast" or data[start] != fmt.KIND_CODED, name
+            if data[start] == fmt.KIND_CODED_ANS:
+                reached.add((info.bits, bool(data[start + 1] & 1)))
+                default_tiles |= (info.tile_width, info.tile_height) == (
+                    fmt.DEFAULT_TILE_WIDTH[fmt.MODE_COMPACT], fmt.DEFAULT_TILE_HEIGHT[fmt.MODE_COMPACT])
+    assert {(8, False), (8, True), (16, False)} <= reached and default_tiles, reached
 
 
 OLDER_FILES = [(version, path) for version, folder in ((2, VERSION2), (3, VERSION3), (4, VERSION4), (5, VERSION5),
-                                                       (6, VERSION6), (7, VERSION7), (8, VERSION8))
+                                                       (6, VERSION6), (7, VERSION7), (8, VERSION8), (9, VERSION9))
                for path in sorted(folder.glob("*.l3"))]
 
 
@@ -165,7 +183,7 @@ def test_older_files_still_decode(version, path):
     """Each version gave meaning only to bytes the one before never wrote (version 3: a fast group
     code; 4: the palette stream kinds; 5: the fast stream kind with extended group codes; 6: the LZ
     stream kind; 7: the pixel LZ stream kind; 8: the coded LZ stream kinds; 9: compact tile heights
-    above 32), so files of versions 2 to 8 decode unchanged, on the CPU and through the GPU batch's host
+    above 32; 10: compact's stream kind 10), so files of versions 2 to 9 decode unchanged, on the CPU and through the GPU batch's host
     validation."""
     from l3codec import batch
 
@@ -186,12 +204,15 @@ def test_version1_compact_files_still_decode(name):
 
 
 @pytest.mark.parametrize("name", ["rgb8_compact"])  # labels16_compact's tiles are palettes today
-def test_version1_compact_streams_are_what_today_writes(name):
-    """The compact bitstream did not change: only the header's version (and its checksum) did."""
+def test_version1_compact_streams_are_what_today_writes(name, monkeypatch):
+    """The compact kind-1 bitstream did not change: only the header's version (and its checksum) did."""
+    from l3codec import encoder_policy
+
+    monkeypatch.setattr(encoder_policy, "COMPACT_CODER", "rice")  # kind 1, the coder of versions 1 to 9
     old = (VERSION1 / f"{name}.l3").read_bytes()
     info = l3codec.info(old)
     new = l3codec.encode(np.load(VERSION1 / f"{name}.npy"), mode="compact", tile_width=info.tile_width,
-                         transform=info.transform)
+                         tile_height=info.tile_height, transform=info.transform)
     assert _stored_version(new) == l3codec.VERSION
     offset = fmt.HEADER_DTYPE.fields["width"][1]
     assert len(new) == len(old) and new[offset:fmt.HEADER_CRC_OFFSET] == old[offset:fmt.HEADER_CRC_OFFSET]

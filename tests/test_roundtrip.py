@@ -296,8 +296,8 @@ def test_fast_code_tables_name_each_form_once(bits):
 def test_taller_tiles_for_flat_content_where_smaller():
     """codec.encode's fast default: 512 x 64 tiles, or taller ones where a file of flat content (palette
     and LZ streams) is smaller so, colour in 256-wide tiles; 64 rows for photographs and an explicit
-    tile_height; colour with some palette or LZ tiles in 256 x 64 where that is 1% smaller. compact
-    alike from 512 x 32 (its tall tiles decoded in bands of 32 rows)."""
+    tile_height; colour with some palette or LZ tiles in 256 x 64 where that is 1% smaller. compact's
+    default is 1024 x 256 (version 10: kind 10's tables per stream) and tries no other tiling."""
     screen = make_image("coloured_text", 300, 600, 3, np.uint8, 4)
     photo = make_image("smooth_noise", 300, 600, 3, np.uint8, 4)
     data = l3codec.encode(screen, mode="fast")
@@ -325,18 +325,17 @@ def test_taller_tiles_for_flat_content_where_smaller():
         np.testing.assert_array_equal(l3codec.decode(chosen), image)
     assert l3codec.info(l3codec.encode(screen, mode="fast", tile_width=512)).tile_width == 512
     tall = l3codec.encode(screen, mode="compact")
-    assert (l3codec.info(tall).tile_width, l3codec.info(tall).tile_height) == (fmt.FLAT_COLOUR_TILE_WIDTH,
-                                                                               fmt.FLAT_TILE_HEIGHT)
-    assert len(tall) < len(l3codec.encode(screen, mode="compact", tile_width=256, tile_height=32))
+    assert (l3codec.info(tall).tile_width, l3codec.info(tall).tile_height) == (1024, fmt.FLAT_TILE_HEIGHT)
     np.testing.assert_array_equal(l3codec.decode(tall), screen)
     np.testing.assert_array_equal(l3codec.decode(tall, region=(40, 100, 200, 300)), screen[40:240, 100:400])
-    assert l3codec.info(l3codec.encode(photo, mode="compact")).tile_height == 32
+    assert (l3codec.info(l3codec.encode(photo, mode="compact")).tile_width,
+            l3codec.info(l3codec.encode(photo, mode="compact")).tile_height) == (1024, 256)
 
 
 def test_region_decodes_only_intersecting_tiles():
     """A corrupt stream outside the region must not matter to a region decode."""
     image = make_image("smooth_noise", 64, 64, 1, np.uint8, seed=1)
-    data = bytearray(l3codec.encode(image, tile_width=32))
+    data = bytearray(l3codec.encode(image, tile_width=32, tile_height=32))
     parsed = l3codec.format.parse(data)
     last = int(parsed.stream_starts[-1])  # the bottom-right tile's stream
     data[last] = 0xEE  # an invalid stream kind

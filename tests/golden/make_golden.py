@@ -2,9 +2,9 @@
 
     python tests/golden/make_golden.py
 
-Each case writes NAME.l3 and NAME.npy (the expected pixels). tests/golden/v1/ to v8/ keep files
-of format versions 1 to 8 as they were written then (never regenerated): version-1 compact files and
-every version-2 to -8 file must still decode, version-1 fast files must be refused.
+Each case writes NAME.l3 and NAME.npy (the expected pixels). tests/golden/v1/ to v9/ keep files
+of format versions 1 to 9 as they were written then (never regenerated): version-1 compact files and
+every version-2 to -9 file must still decode, version-1 fast files must be refused.
 """
 
 import pathlib
@@ -67,6 +67,11 @@ CASES = {
     "colour_text8_compact_bands": ("coloured_text", 100, 96, 3, np.uint8, {"mode": "compact", "tile_width": 48,
                                                                            "tile_height": 96,
                                                                            "transform": "rg-mean"}),
+    # compact's stream kind 10 (version 10): every coded compact case above is kind 10 now; these add
+    # 16-bit samples, a biased and an unbiased stream side by side, and the reference encoder's own tiles
+    "gray16_compact_v2": ("smooth_noise", 70, 100, 1, np.uint16, {"mode": "compact", "tile_width": 64,
+                                                                  "tile_height": 64}),
+    "rgb8_compact_v2_default_tiles": ("smooth_noise", 40, 1100, 3, np.uint8, {"mode": "compact"}),
 }
 # columns repeated, so that label regions span whole fast groups (zero groups between edges); the
 # 8-bit map's regions then repeat their left neighbours enough for the encoder's LZ search (lz_may_pay),
