@@ -45,19 +45,23 @@ L3_DEVICE void build_ans_table(unsigned char* __restrict__ data, long long data_
         block->bias[i] = value;
     }
     __syncwarp();
-    // lane 0: the table set (ans.read_tables), into token_info and alphabets
+    // lane 0: the table set (ans.read_tables), into token_info and alphabets, through a bit reservoir (a
+    // token's fields are at most 4 + 12 bits: one refill each)
     long long bit_pos = (start + ANS_HEADER_BYTES + bias_bytes) * 8;
     if (lane == 0 && status == STATUS_OK) {
         const long long end_bit = end * 8;
         const int tokens = ans_token_count(bits);
+        BitReservoir in;
+        reservoir_start(in, data, data_size, bit_pos);
 #pragma unroll 1
         for (int ctx = 0; ctx < ANS_CONTEXTS && status == STATUS_OK; ++ctx) {
-            if (bit_pos + 8 > end_bit) {
+            refill(in, data, data_size);
+            if (reservoir_position(in) + 8 > end_bit) {
                 status = ANS_TABLE_STATUS;
                 break;
             }
-            const int alphabet = (int)read_bits(data, data_size, bit_pos, 8);
-            bit_pos += 8;
+            const int alphabet = (int)(in.bits & 255);
+            consume(in, 8);
             if (alphabet > tokens) {
                 status = ANS_TABLE_STATUS;
                 break;
@@ -66,26 +70,26 @@ L3_DEVICE void build_ans_table(unsigned char* __restrict__ data, long long data_
             unsigned total = 0;
 #pragma unroll 1
             for (int t = 0; t < alphabet; ++t) {
-                if (bit_pos + 4 > end_bit) {
+                refill(in, data, data_size);
+                const long long at = reservoir_position(in);
+                if (at + 4 > end_bit) {
                     status = ANS_TABLE_STATUS;
                     break;
                 }
-                const int length = (int)read_bits(data, data_size, bit_pos, 4);
-                bit_pos += 4;
-                if (length > precision + 1 || bit_pos + max_of(length - 1, 0) > end_bit) {
+                const int length = (int)(in.bits & 15);
+                if (length > precision + 1 || at + 4 + max_of(length - 1, 0) > end_bit) {
                     status = ANS_TABLE_STATUS;
                     break;
                 }
-                unsigned f = 0;
-                if (length > 0) {
-                    f = (1u << (length - 1)) | read_bits(data, data_size, bit_pos, length - 1);
-                    bit_pos += length - 1;
-                }
+                const int extra = max_of(length - 1, 0);
+                const unsigned f = length > 0 ? (1u << extra) | (unsigned)((in.bits >> 4) & ((1u << extra) - 1)) : 0;
+                consume(in, 4 + extra);
                 block->token_info[ctx][t] = f | total << 16;
                 total += f;
             }
             if (status == STATUS_OK && alphabet > 0 && total != 1u << precision) status = ANS_TABLE_STATUS;
         }
+        bit_pos = reservoir_position(in);
     }
     status = __shfl_sync(L3_FULL_MASK, status, 0);
     bit_pos = __shfl_sync(L3_FULL_MASK, bit_pos, 0);
