@@ -1,12 +1,9 @@
 """Kind-10 streams for the kernel tests: files whose chosen tile-channels are kind 10 (the reference
 encoder's, ans_cpu.encode_stream, or with a bias table given here, ans_stream_parts': built from ans.py's
-row functions in issue #39's decision-4 layout), and the reference decoder's statuses and pixels of such
-files (ans_cpu.decode_stream for the kind-10 streams, which the CPU decoder does not read yet, the CPU
-decoder for the rest)."""
+row functions in issue #39's decision-4 layout), beside the streams the encoder chose."""
 
 import numpy as np
 
-from corruption import cpu_stream_statuses
 from l3codec import ans, ans_cpu
 from l3codec import format as fmt
 from l3codec.bitio import bit_length, put_bits, writer_flush, writer_init
@@ -32,8 +29,8 @@ def ans_stream_parts(plane, bits, precision=11, biased=False, bias=None):
     if bias is None:
         bias = np.zeros(ans.GRADIENT_CONTEXTS, np.int64)
     for y in range(h):
-        ans.row_symbols(plane, y, 0, w, bits, bias, biased, ans.ANS_CONTEXT_OF_ACTIVITY, tokens[y], raw_bits[y],
-                        raw_values[y], contexts[y], sums, counts_b, False)
+        ans.row_symbols(plane, y, 0, w, bits, bias, biased, ans.ANS_CONTEXT_OF_ACTIVITY, tokens[y],
+                        raw_bits[y], raw_values[y], contexts[y], sums, counts_b, False)
     counts = np.zeros((ans.ANS_CONTEXTS, ans.token_count(bits)), np.int64)
     np.add.at(counts, (contexts.ravel(), tokens.ravel()), 1)
     freq = np.zeros((ans.ANS_CONTEXTS, 64), np.int64)
@@ -100,27 +97,6 @@ def with_ans_streams(data, chosen, precision=11, biased=False, bias=None, mode="
     payload = b"".join(streams)
     ends = np.cumsum([len(s) for s in streams])
     return fmt.pack(width=info.width, height=info.height, channels=info.channels, bits=info.bits,
-                    mode=fmt.MODES[info.mode], transform=fmt.TRANSFORMS[info.transform], tile_width=info.tile_width,
+                    mode=fmt.MODES[info.mode], transform=fmt.TRANSFORMS[info.transform],
+                    tile_width=info.tile_width,
                     tile_height=info.tile_height, stream_ends=ends, payload=payload)
-
-
-def reference_statuses(data) -> np.ndarray:
-    """Each stream's status as the reference decoders give it: ans_cpu.decode_stream for kind 10, the CPU
-    decoder (corruption.cpu_stream_statuses) for the rest."""
-    parsed = fmt.parse(data)
-    info = parsed.info
-    status = cpu_stream_statuses(data)
-    buf = np.frombuffer(data, np.uint8)
-    for stream, (start, end) in enumerate(zip(parsed.stream_starts, parsed.stream_ends)):
-        tile, channel = divmod(stream, info.channels)
-        member_tile = buf[parsed.stream_starts[stream - channel]] in (
-            fmt.KIND_PALETTE, fmt.KIND_PIXEL_LZ, fmt.KIND_PIXEL_LZ_CODED)
-        if buf[start] == KIND and fmt.MODES[info.mode] == fmt.MODE_COMPACT and not (channel and member_tile):
-            rows, columns = info.tile_rows(tile // info.tiles_x), info.tile_columns(tile % info.tiles_x)
-            status[stream] = ans_cpu.decode_stream(buf[start:end], int(rows), int(columns), info.bits)[1]
-    return status
-
-
-def first_reference_status(data) -> int:
-    """The reference status of the file's first failing stream, or 0 (corruption.first_cpu_status's)."""
-    return ([c for c in reference_statuses(data).tolist() if c] or [0])[0]

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import l3codec
-from ans_streams import ans_stream_parts, first_reference_status, with_ans_streams
-from corruption import MEMBER, palette_stream, reseal, single_stream_file
+from ans_streams import ans_stream_parts, with_ans_streams
+from corruption import MEMBER, first_cpu_status, mutate_payload, palette_stream, reseal, single_stream_file
 from l3codec import ans_cpu
 from images import make_image
 from l3codec import batch as l3batch
@@ -121,7 +121,8 @@ def _hand_made_cases() -> dict:
         "a byte after the rows": good + b"\0",
         "the last byte cut": good[:-1],
     }
-    return {name: single_stream_file(stream, fmt.MODE_COMPACT, 40, width=32) for name, stream in cases.items()}
+    return {name: single_stream_file(stream, fmt.MODE_COMPACT, 40, width=32)
+            for name, stream in cases.items()}
 
 
 @pytest.mark.emulator
@@ -130,7 +131,7 @@ def test_hand_made_kind_10_faults_give_the_cpu_decoders_status(order):
     cases = _hand_made_cases()
     images, status = decode_batch_emulated(list(cases.values()), order=order, seed=2)
     for (name, data), got, image in zip(cases.items(), status.tolist(), images):
-        assert got == first_reference_status(data), name
+        assert got == first_cpu_status(data), name
         if got == fmt.STATUS_OK:
             stream = data[fmt.parse(data).payload_offset:]
             np.testing.assert_array_equal(image, ans_cpu.decode_stream(stream, 40, 32, 8)[0], err_msg=name)
@@ -154,7 +155,7 @@ def test_fuzzed_kind_10_streams_give_the_cpu_decoders_status():
             bad[int(rng.integers(start, end))] ^= 1 << int(rng.integers(8))
         damaged.append(reseal(bytes(bad)))
     _, status = decode_batch_emulated(damaged, order="reversed")
-    assert status.tolist() == [first_reference_status(item) for item in damaged]
+    assert status.tolist() == [first_cpu_status(item) for item in damaged]
     assert len(set(status.tolist())) >= 2
 
 
@@ -175,6 +176,35 @@ def test_a_palette_tiles_kind_10_index_plane_decodes_through_the_stage():
     assert status.tolist() == [0, 0]
     np.testing.assert_array_equal(images[0], expected)
     np.testing.assert_array_equal(images[1], expected[30:40, 7:27])
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize("coder", ["ans", "smaller"])
+def test_the_encoders_kind_10_files_decode_like_the_cpu_and_fail_alike(coder, monkeypatch):
+    """Files of the reference encoder with kind 10 on (encoder_policy.COMPACT_CODER: "ans" for every coded
+    tile, "smaller" the smaller of kinds 1 and 10 per tile), 8- and 16-bit, 256- and 32-row tiles, a crop:
+    the CPU decoder's pixels; then payload damage (corruption.mutate_payload): its first failing status."""
+    from l3codec import encoder_policy
+
+    monkeypatch.setattr(encoder_policy, "COMPACT_CODER", coder)
+    cases = [("smooth_noise", 300, 140, 3, np.uint8, 64, 256), ("gradient", 70, 50, 2, np.uint16, 32, 32),
+             ("text+noise", 64, 256, 1, np.uint8, 64, 64)]
+    files = []
+    for kind, height, width, channels, dtype, tile_width, tile_height in cases:
+        image = _image(kind, height, width, channels, dtype, 4)
+        files.append(l3codec.encode(image, mode="compact", tile_width=tile_width, tile_height=tile_height))
+    kinds = [np.frombuffer(data, np.uint8)[fmt.parse(data).stream_starts] for data in files]
+    assert any(fmt.KIND_CODED_ANS in k for k in kinds)
+    regions = [(200, 30, 90, 100), None, None]
+    images, status = decode_batch_emulated(files, regions)
+    assert status.tolist() == [0] * len(files)
+    for got, data, region in zip(images, files, regions):
+        np.testing.assert_array_equal(got, l3codec.decode(data, region=region))
+    rng = np.random.default_rng(12)
+    damaged = [mutate_payload(files[i % len(files)], rng) for i in range(15)]
+    _, status = decode_batch_emulated(damaged, order="shuffled", seed=4)
+    assert status.tolist() == [first_cpu_status(data) for data in damaged]
+    assert any(status)
 
 
 @pytest.mark.cuda
