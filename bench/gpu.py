@@ -423,14 +423,15 @@ KIND10_TILE = (512, 256)  # tables per 256-row tile: the measured design point (
 
 
 def encode_kind10(frame) -> bytes:
-    """frame in compact mode, 512x256 tiles, with every tile-channel the encoder codes (kinds 0-2) rewritten
-    as format 10's kind 10 by the reference encoder (ans_cpu.encode_stream, through tests/ans_streams.py):
-    encode() does not write kind 10 yet."""
-    sys.path.insert(0, str(REPO / "tests"))
-    from ans_streams import with_ans_streams
+    """frame in compact mode, 512x256 tiles, its coded tiles as format 10's kind 10 (the reference encoder's
+    encoder_policy.COMPACT_CODER = "ans", until that is its default)."""
+    from l3codec import encoder_policy
 
-    data = l3codec.encode(frame, mode="compact", tile_width=KIND10_TILE[0], tile_height=KIND10_TILE[1])
-    return with_ans_streams(data, set(range(len(fmt.parse(data).stream_starts))))
+    default, encoder_policy.COMPACT_CODER = encoder_policy.COMPACT_CODER, "ans"
+    try:
+        return l3codec.encode(frame, mode="compact", tile_width=KIND10_TILE[0], tile_height=KIND10_TILE[1])
+    finally:
+        encoder_policy.COMPACT_CODER = default
 
 
 # how each row of the per-sample table encodes its frames
@@ -535,7 +536,7 @@ def sass_per_sample_report(frames: list, sass_lines: dict, out) -> dict:
           "for a diverged warp; the emulation's shuffles wait for every lane) and compiler subroutines "
           "without line information. Write-out: the lines of write_tile_sectors and what it inlines. The LZ "
           "expansion column holds the kind-10 table stage (kernels/ans.cu) too. Kind 10: the compact frames "
-          "in 512x256 tiles, every coded tile-channel rewritten as kind 10 by the reference encoder.\n", file=out)
+          "in 512x256 tiles with the reference encoder's kind 10 for coded tiles (COMPACT_CODER \"ans\").\n", file=out)
     # the "LZ expansion" column holds the kind-10 table stage too (gpu_check_kernels reads it by this name)
     print("| mode | frames | warp-instructions per sample | of which write-out | LZ expansion (its kernel) "
           "| SASS not matched to a line the emulation ran | top source lines (instructions per sample) |", file=out)
