@@ -9,7 +9,8 @@ This module imports neither cupy nor numba.
 A launch decodes the items of one mode (8- and 16-bit alike): one block per task,
 a task being one tile of one item that intersects the item's region (in compact mode, one band
 of 32 rows of such a tile). A batch with LZ streams in those tiles has an LZ expansion stage
-(lz_stage.py) that runs before the launches and gives the decode kernels their stream tables.
+(lz_stage.py) that runs before the launches and gives the decode kernels their stream tables; one with
+kind-10 (rANS) streams has a table stage (ans_stage.py) after it, which does the same for those.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import format as fmt
-from . import lz_stage
+from . import ans_stage, lz_stage
+from .ans_stage import TABLE_STAGE_DTYPE
 from .lz_stage import EXPANSION_DTYPE
 from .regions import check_region, region_streams
 from .format import L3Error
@@ -113,6 +115,7 @@ class Batch:
     launches: list
     data_offsets: np.ndarray | None = None  # int64 byte offset of each item's file in data
     lz: lz_stage.LzExpansion | None = None  # the LZ streams expanded before the launches, if any
+    ans: ans_stage.AnsTables | None = None  # the kind-10 streams whose tables are built before the launches
 
     @property
     def same_shape(self) -> bool:
@@ -213,13 +216,17 @@ def prepare(items, regions=None, *, verify=True, max_pixels: int = fmt.MAX_PIXEL
     return assemble(plans, np.concatenate(views), max_pixels=max_pixels)
 
 
-def check_pixels(plans, max_pixels: int = fmt.MAX_PIXELS, *, expanded_samples: int = 0) -> None:
+def check_pixels(plans, max_pixels: int = fmt.MAX_PIXELS, *, expanded_samples: int = 0,
+                 table_bytes: int = 0) -> None:
     """Refuse a batch whose regions hold more than max_pixels pixels, or, with the samples of the LZ
-    planes it expands on the device (assemble), more than that in all."""
+    planes it expands on the device and the bytes of its kind-10 table blocks (assemble; a block is up
+    to 65 KB whatever its stream's size, so they are counted as samples too), more than that in all."""
     total_pixels = sum(plan.region[2] * plan.region[3] for plan in plans)
-    if total_pixels + expanded_samples > max_pixels:
+    if total_pixels + expanded_samples + table_bytes > max_pixels:
         expanding = f" and expands {expanded_samples} samples of LZ streams" if expanded_samples else ""
-        raise L3Error(f"batch decodes {total_pixels} pixels{expanding}, more than max_pixels={max_pixels}")
+        tables = f" and builds {table_bytes} bytes of rANS tables" if table_bytes else ""
+        raise L3Error(f"batch decodes {total_pixels} pixels{expanding}{tables}, "
+                      f"more than max_pixels={max_pixels}")
 
 
 def default_layout(plans) -> tuple:
@@ -268,7 +275,9 @@ def assemble(plans, data: np.ndarray, /, *, layout=None, data_offsets=None, max_
         )
 
     lz = lz_stage.plan(plans, data, stream_base, stream_starts, stream_ends, band_bits=STATUS_BAND_BITS)
-    check_pixels(plans, max_pixels, expanded_samples=0 if lz is None else lz.samples)
+    ans = ans_stage.plan(plans, data, stream_base, stream_starts, stream_ends)
+    check_pixels(plans, max_pixels, expanded_samples=0 if lz is None else lz.samples,
+                 table_bytes=0 if ans is None else ans.scratch_size)
 
     launches = []
     modes = np.array([fmt.MODES[info.mode] for info in infos])
@@ -305,6 +314,7 @@ def assemble(plans, data: np.ndarray, /, *, layout=None, data_offsets=None, max_
         launches=launches,
         data_offsets=data_offsets,
         lz=lz,
+        ans=ans,
     )
 
 
@@ -312,8 +322,9 @@ def assemble(plans, data: np.ndarray, /, *, layout=None, data_offsets=None, max_
 class PackedLayout:
     """Where a batch's bytes and tables lie in one buffer, so that a single copy takes all of it to
     the device: byte offsets, each 8-byte aligned; per launch, its item and task tables; with an LZ
-    stage, its records and the stream tables it gives the kernels. The scratch area for the expanded
-    streams follows at `size` on the device (it is not copied): a device buffer holds device_size
+    stage, its records, with an ANS table stage its records, and with either the stream tables they give
+    the kernels. The scratch area follows at `size` on the device (it is not copied): the expanded
+    streams, then the table blocks (at size + lz_scratch_size); a device buffer holds device_size
     bytes, of which the kernels see all as data."""
 
     data_size: int
@@ -326,12 +337,20 @@ class PackedLayout:
     expansion_count: int
     size: int
     scratch_size: int = 0
-    expanded_starts: int = 0  # the LZ stage's stream tables (with expansion_count)
+    expanded_starts: int = 0  # the stages' stream tables (with expansion_count or ans_count)
     expanded_ends: int = 0
+    ans_tables: int = 0  # the ANS table stage's records
+    ans_count: int = 0
+    lz_scratch_size: int = 0  # the LZ stage's part of the scratch area, before the table blocks
 
     @property
     def device_size(self) -> int:
         return self.size + self.scratch_size
+
+    @property
+    def staged(self) -> bool:
+        """A stage runs before the launches: the kernels read the stages' stream tables."""
+        return bool(self.expansion_count or self.ans_count)
 
 
 def packed_layout(batch: Batch) -> PackedLayout:
@@ -348,25 +367,48 @@ def packed_layout(batch: Batch) -> PackedLayout:
         offset += launch.items.nbytes
         tasks.append(offset)
         offset += launch.tasks.nbytes
-    if batch.lz is None:
+    if batch.lz is None and batch.ans is None:
         return PackedLayout(int(batch.data.size), starts, ends, count, tuple(items), tuple(tasks), offset, 0,
                             offset)
+    lz_records = np.zeros(0, EXPANSION_DTYPE) if batch.lz is None else batch.lz.records
+    ans_records = np.zeros(0, TABLE_STAGE_DTYPE) if batch.ans is None else batch.ans.records
+    lz_scratch, ans_scratch = stage_scratch_sizes(batch)
     expansions = offset
-    expanded_starts = expansions + batch.lz.records.nbytes
+    ans_tables = expansions + lz_records.nbytes
+    expanded_starts = ans_tables + ans_records.nbytes
     expanded_ends = expanded_starts + 8 * count
     return PackedLayout(int(batch.data.size), starts, ends, count, tuple(items), tuple(tasks), expansions,
-                        len(batch.lz.records), expanded_ends + 8 * count, batch.lz.scratch_size,
-                        expanded_starts, expanded_ends)
+                        len(lz_records), expanded_ends + 8 * count, lz_scratch + ans_scratch,
+                        expanded_starts, expanded_ends, ans_tables, len(ans_records), lz_scratch)
+
+
+def stage_scratch_sizes(batch: Batch) -> tuple:
+    """(LZ stage's, ANS table stage's) bytes of the scratch area: the expanded streams, then the blocks."""
+    lz = 0 if batch.lz is None else batch.lz.scratch_size
+    return lz, 0 if batch.ans is None else batch.ans.scratch_size
 
 
 def expanded_tables(batch: Batch, scratch: int, status_index=None) -> tuple:
     """(stream_starts, stream_ends, expansion records) that the kernels read, for a scratch area at byte
-    `scratch` of their data (lz_stage.LzExpansion: stream_tables, kernel_records); a batch without LZ
-    streams keeps its own tables and has no records."""
-    if batch.lz is None:
-        return batch.stream_starts.copy(), batch.stream_ends.copy(), np.zeros(0, EXPANSION_DTYPE)
-    starts, ends = batch.lz.stream_tables(batch.stream_starts, batch.stream_ends, scratch)
-    return starts, ends, batch.lz.kernel_records(scratch, status_index)
+    `scratch` of their data (lz_stage.LzExpansion: stream_tables, kernel_records; the ANS table stage's
+    blocks after the expanded streams, ans_stage.AnsTables.stream_tables); a batch without stages keeps
+    its own tables and has no records. ans_records gives the table stage's."""
+    starts, ends = batch.stream_starts.copy(), batch.stream_ends.copy()
+    records = np.zeros(0, EXPANSION_DTYPE)
+    if batch.lz is not None:
+        starts, ends = batch.lz.stream_tables(starts, ends, scratch)
+        records = batch.lz.kernel_records(scratch, status_index)
+    if batch.ans is not None:
+        starts, ends = batch.ans.stream_tables(starts, ends, scratch + stage_scratch_sizes(batch)[0])
+    return starts, ends, records
+
+
+def ans_records(batch: Batch, scratch: int) -> np.ndarray:
+    """The ANS table stage's records as its kernel reads them, for a scratch area at byte `scratch` of the
+    kernels' data (the blocks after the LZ stage's expanded streams); none without kind-10 streams."""
+    if batch.ans is None:
+        return np.zeros(0, TABLE_STAGE_DTYPE)
+    return batch.ans.kernel_records(scratch + stage_scratch_sizes(batch)[0])
 
 
 def status_order(batch: Batch) -> np.ndarray:
@@ -388,13 +430,14 @@ def write_packed(batch: Batch, layout: PackedLayout, buffer: np.ndarray, /) -> N
     for launch, items, tasks in zip(batch.launches, layout.items, layout.tasks):
         buffer[items:items + launch.items.nbytes] = launch.items.view(np.uint8)
         buffer[tasks:tasks + launch.tasks.nbytes] = launch.tasks.view(np.uint8)
-    if batch.lz is not None:  # the LZ stage: its records and the stream tables it gives the kernels
+    if layout.staged:  # the stages: their records and the stream tables they give the kernels
         order = status_order(batch)
         position = np.empty(len(batch.infos), np.int64)
         position[order] = np.arange(order.size)
-        records = batch.lz.kernel_records(layout.size, position)
+        starts, ends, records = expanded_tables(batch, layout.size, position)
         buffer[layout.expansions:layout.expansions + records.nbytes] = records.view(np.uint8)
-        starts, ends = batch.lz.stream_tables(batch.stream_starts, batch.stream_ends, layout.size)
+        tables = ans_records(batch, layout.size)
+        buffer[layout.ans_tables:layout.ans_tables + tables.nbytes] = tables.view(np.uint8)
         int64(layout.expanded_starts, starts)
         int64(layout.expanded_ends, ends)
 
@@ -403,14 +446,15 @@ def packed_views(layout: PackedLayout, launches, buffer, /, int64_type=np.int64)
     """(data, stream_starts, stream_ends, [(items, tasks) per launch], expansions) as the kernels read
     them, views of a flat uint8 packed buffer of any array library with slicing, .view(dtype) and
     .reshape (numpy, CuPy, Numba device arrays; torch with int64_type=torch.int64): int64 tables,
-    items (n, 16), tasks (n, 4), expansions (n, 11). With an LZ stage, data is the whole buffer (the
-    expanded streams lie in its scratch area) and the stream tables are the stage's; else data is the
-    batch's bytes and the tables its own (packed_streams)."""
+    items (n, 16), tasks (n, 4), expansions (n, 11). With a stage (LZ or ANS tables), data is the whole
+    buffer (the expanded streams and table blocks lie in its scratch area) and the stream tables are the
+    stages'; else data is the batch's bytes and the tables its own (packed_streams). packed_ans_records
+    gives the ANS table stage's records."""
     def int64(start: int, count: int, columns: int | None = None):
         view = buffer[start:start + 8 * count].view(int64_type)
         return view if columns is None else view.reshape(count // columns, columns)
 
-    if layout.expansion_count:
+    if layout.staged:
         data = buffer[:layout.device_size]
         starts = int64(layout.expanded_starts, layout.stream_count)
         ends = int64(layout.expanded_ends, layout.stream_count)
@@ -426,6 +470,14 @@ def packed_views(layout: PackedLayout, launches, buffer, /, int64_type=np.int64)
     columns = len(EXPANSION_DTYPE.names)
     expansions = int64(layout.expansions, layout.expansion_count * columns, columns)
     return data, starts, ends, tables, expansions
+
+
+def packed_ans_records(layout: PackedLayout, buffer, /, int64_type=np.int64):
+    """The ANS table stage's records in a packed buffer, as an (n, 8) int64 view
+    (ans_stage.TABLE_STAGE_DTYPE)."""
+    columns = len(TABLE_STAGE_DTYPE.names)
+    view = buffer[layout.ans_tables:layout.ans_tables + 8 * columns * layout.ans_count].view(int64_type)
+    return view.reshape(layout.ans_count, columns)
 
 
 def packed_streams(layout: PackedLayout, buffer, /, int64_type=np.int64) -> tuple:
@@ -448,11 +500,16 @@ def tile_tasks(mode: int, tile_rows) -> np.ndarray:
     return np.ones_like(tile_rows)
 
 
-def table_bytes(items, streams, tasks, expansions):
+def table_bytes(items, streams, tasks, expansions, ans_tables=0):
     """Bytes of the launch tables write_packed puts after a batch's data: two int64 per stream
-    (starts, ends), a record per item and per task, and the LZ stage's (lz_stage.table_bytes)."""
+    (starts, ends), a record per item and per task, the LZ stage's (lz_stage.table_bytes: its records and
+    the stages' stream tables) and the ANS table stage's records (their stream tables are the same ones:
+    two int64 per stream when either stage runs)."""
+    ans_only = (np.asarray(expansions) == 0) & (np.asarray(ans_tables) > 0)
+    staged_only = np.where(ans_only, 2 * 8 * np.asarray(streams), 0)
     return (2 * 8 * np.asarray(streams) + ITEM_DTYPE.itemsize * np.asarray(items)
-            + TASK_DTYPE.itemsize * np.asarray(tasks) + lz_stage.table_bytes(streams, expansions))
+            + TASK_DTYPE.itemsize * np.asarray(tasks) + lz_stage.table_bytes(streams, expansions)
+            + ans_stage.table_bytes(streams, ans_tables) + staged_only)
 
 
 def most_streams(file_size, height, width, channels) -> np.ndarray:
@@ -479,7 +536,9 @@ def most_tasks(height, width, streams) -> np.ndarray:
 
 def most_table_bytes(file_size, height, width, channels) -> np.ndarray:
     """The most launch-table bytes (table_bytes) one item of this file size and shape adds to a packed
-    batch: at most an LZ expansion per stream."""
+    batch: at most an LZ expansion per stream (a stream that is not LZ may have an ANS table stage record
+    instead, a smaller one: kind 10 and LZ kinds exclude each other)."""
+    assert TABLE_STAGE_DTYPE.itemsize <= EXPANSION_DTYPE.itemsize
     streams = most_streams(file_size, height, width, channels)
     return table_bytes(1, streams, most_tasks(height, width, streams), streams)
 

@@ -130,12 +130,15 @@ def launch_packed(prepared: batching.Batch, layout: batching.PackedLayout, buffe
     """Launch every mode's kernel for a batch whose packed buffer (batch.write_packed) is on the device.
 
     buffer, out: flat uint8 device arrays of the backend (CuPy or Numba), buffer of layout.device_size
-    bytes (the packed bytes, then room for the expanded LZ streams); status: a zeroed int32 device
-    array, one entry per item, in status_order(prepared), left 0 or the batch.status_key of the item's
-    first failing stream (batch.status_codes gives the codes). Nothing is copied or synchronised
-    here: the caller copies the packed bytes in before and reads status after, once per batch.
+    bytes (the packed bytes, then room for the expanded LZ streams and the kind-10 table blocks); status:
+    a zeroed int32 device array, one entry per item, in status_order(prepared), left 0 or the
+    batch.status_key of the item's first failing stream (batch.status_codes gives the codes). Nothing is
+    copied or synchronised here: the caller copies the packed bytes in before and reads status after, once
+    per batch. The stages run first, in order: the LZ expansion, then the kind-10 table blocks (the Numba
+    backend's numba_kernels.build_ans_tables, the CUDA C one's cuda_c.launch_ans_tables).
     """
     data, starts, ends, tables, expansions = batching.packed_views(layout, prepared.launches, buffer)
+    ans_tables = batching.packed_ans_records(layout, buffer)
     first = 0
     if backend == "numba":
         from .kernels import numba_kernels
@@ -143,6 +146,8 @@ def launch_packed(prepared: batching.Batch, layout: batching.PackedLayout, buffe
         geometries = [numba_kernels.launch_geometry(launch) for launch in prepared.launches]  # may refuse
         if layout.expansion_count:  # the LZ streams, expanded into the scratch area first (same stream)
             numba_kernels.expand_lz_streams(data, expansions, status, stream)
+        if layout.ans_count:  # then the kind-10 streams' table blocks (ans_stage.py), before any decode
+            numba_kernels.build_ans_tables(data, ans_tables, stream)
         for launch, (items, tasks), (kernel, grid, block, shared, extra) in zip(prepared.launches, tables, geometries):
             launch_status = status[first:first + len(launch.items)]
             kernel[grid, block, stream, shared](data, starts, ends, items, tasks, *extra, out, launch_status)
@@ -152,6 +157,8 @@ def launch_packed(prepared: batching.Batch, layout: batching.PackedLayout, buffe
 
     if layout.expansion_count:
         cuda_c.launch_expand(data, expansions, status, stream=stream)
+    if layout.ans_count:
+        cuda_c.launch_ans_tables(data, ans_tables, stream=stream)
     for launch, (items, tasks) in zip(prepared.launches, tables):
         launch_status = status[first:first + len(launch.items)]
         cuda_c.launch(launch, data, starts, ends, out, launch_status, stream=stream, items=items, tasks=tasks)
