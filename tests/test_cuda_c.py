@@ -1,5 +1,9 @@
 """The CUDA C kernels (kernels/*.cu): bit-exact against the CPU decoder, run on the CPU under the
-coroutine emulator of kernels/cuda_emulation.h; NVRTC resource checks; a real-GPU check when one exists."""
+coroutine emulator of kernels/cuda_emulation.h; NVRTC resource checks; a real-GPU check when one exists.
+
+compact's coded tiles here are kind 1 (adaptive Golomb-Rice: runs, copied rows), as files of versions 1 to 9
+hold them, which the kernels still decode; kind 10 (format 10's rANS, the encoder's default) is
+tests/test_cuda_c_ans.py's, with batches mixing both."""
 
 from __future__ import annotations
 
@@ -21,11 +25,16 @@ import fake_cupy
 from images import make_image
 from stream_census import fast_census, plane_streams, stream_census
 from l3codec import batch as l3batch
-from l3codec import ans_stage, compact, fast, huffman, lz, lz_stage
+from l3codec import ans_stage, compact, encoder_policy, fast, huffman, lz, lz_stage
 from l3codec import format as fmt
 from l3codec.kernels import cuda_c, emulation
 
 ORDERS = ("forward", "reversed", "shuffled")
+
+
+@pytest.fixture(autouse=True)
+def _compact_kind_1(monkeypatch):
+    monkeypatch.setattr(encoder_policy, "COMPACT_CODER", "rice")
 
 
 def _encode(image, mode, tile_width, tile_height=None, transform=None, compact_height=None):

@@ -93,6 +93,9 @@ def emulated_decode_step(staged, buffer, out, status, stream):
     data, starts, ends, tables, expansions = batching.packed_views(packed, staged.batch.launches, device)
     flat, statuses, first = out.numpy(), status.numpy(), 0
     emulation.expand_emulated(data, expansions, statuses, "shuffled", 7, lib=lib)
+    ans_tables = batching.packed_ans_records(packed, device)
+    if len(ans_tables):  # then the kind-10 streams' table blocks, as gpu.launch_packed builds them
+        emulation.build_ans_tables_emulated(data, ans_tables, "shuffled", 7, lib=lib)
     for launch, (items, tasks) in zip(staged.batch.launches, tables):
         launch_status = statuses[first:first + len(launch.items)]
         result = lib.l3emu_launch(
