@@ -43,11 +43,23 @@ def kind10_layout(stream: bytes, bits: int, rows: int) -> dict:
                 row_lengths=row_lengths)
 
 
+def palette_indices(stream: bytes, tile: np.ndarray) -> np.ndarray:
+    """The index plane of a palette stream (kind 3) of the tile's pixels (rows, columns, channels): each
+    pixel's position in the stream's colour table."""
+    colours = stream[1] + 1
+    rows, columns, channels = tile.shape
+    table = np.frombuffer(stream, tile.dtype, colours * channels, fmt.PALETTE_HEADER_BYTES).reshape(colours, channels)
+    matches = np.all(tile[:, :, None, :] == table[None, None], axis=3)
+    assert np.all(matches.any(axis=2))
+    return np.ascontiguousarray(matches.argmax(axis=2).astype(tile.dtype))
+
+
 def with_kind10_streams(image: np.ndarray, tile_width: int, tile_height: int, chosen, *, damage=None,
                         **stream_options) -> bytes:
     """A compact file of image (colour transform none) whose streams `chosen(index, kind)` says are recoded
-    as kind 10 (the others as the encoder wrote them, kind 1 or any other); damage(index, stream, rows), when
-    given, returns what each kind-10 stream becomes."""
+    as kind 10 (the others as the encoder wrote them, kind 1 or any other; a chosen palette stream keeps its
+    colour table, its index plane recoded); damage(index, stream, rows), when given, returns what each
+    kind-10 stream (its plane's) becomes."""
     data = l3codec.encode(image, mode="compact", tile_width=tile_width, tile_height=tile_height, transform="none")
     parsed = fmt.parse(np.frombuffer(data, np.uint8))
     info = parsed.info
@@ -58,10 +70,17 @@ def with_kind10_streams(image: np.ndarray, tile_width: int, tile_height: int, ch
         if chosen(index, stream[0]):
             tile, channel = divmod(index, info.channels)
             y0, x0 = (tile // info.tiles_x) * tile_height, (tile % info.tiles_x) * tile_width
-            plane = planes[y0:y0 + tile_height, x0:x0 + tile_width, channel]
-            stream = kind10_stream(np.ascontiguousarray(plane), **stream_options)
+            pixels = planes[y0:y0 + tile_height, x0:x0 + tile_width]
+            prefix = b""
+            if stream[0] == fmt.KIND_PALETTE:
+                plane = palette_indices(stream, pixels)
+                prefix = stream[:fmt.PALETTE_HEADER_BYTES + (stream[1] + 1) * info.channels * plane.itemsize]
+            else:
+                plane = np.ascontiguousarray(pixels[:, :, channel])
+            coded = kind10_stream(plane, **stream_options)
             if damage is not None:
-                stream = damage(index, stream, plane.shape[0])
+                coded = damage(index, coded, plane.shape[0])
+            stream = prefix + coded
         streams.append(stream)
     header = parsed.header
     return fmt.pack(width=info.width, height=info.height, channels=info.channels, bits=info.bits,

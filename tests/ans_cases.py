@@ -1,0 +1,81 @@
+"""Kind-10 (compact v2) test cases shared by the simulator script and its tests: batches mixing kind-1 and
+kind-10 tile-channels, and faults in kind-10 streams (tests/ans_streams.py frames the streams)."""
+
+import numpy as np
+
+from ans_streams import kind10_layout, with_kind10_streams
+from images import make_image
+from l3codec import format as fmt
+
+# (kind, height, width, channels, dtype, tile_width, tile_height, which streams are kind 10, bias table)
+MIXED = [
+    ("smooth_noise", 13, 21, 3, np.uint8, 16, 32, "every other", "on"),
+    ("smooth_noise", 40, 17, 1, np.uint16, 16, 64, "coded", "on"),  # two bands, a partial tile
+    ("noise", 5, 18, 2, np.uint8, 16, 32, "all", "choose"),
+    ("gradient", 9, 20, 4, np.uint16, 16, 32, "every other", "off"),
+    # palette (its index plane recoded), LZ and constant tiles: the LZ stage's scratch, then the blocks
+    ("labels", 35, 18, 1, np.uint16, 16, 32, "all", "choose"),
+    ("smooth_noise", 70, 33, 3, np.uint8, 32, 64, "every other", "choose"),  # two tile rows, a 1-column tile
+]
+RECODED_KINDS = (fmt.KIND_CODED, fmt.KIND_RAW, fmt.KIND_PALETTE)
+CHOICES = {
+    "all": lambda index, kind: kind in RECODED_KINDS,
+    "coded": lambda index, kind: kind == fmt.KIND_CODED,
+    "every other": lambda index, kind: kind in RECODED_KINDS and index % 2 == 0,
+}
+
+
+def mixed_images():
+    images, datas = [], []
+    for seed, (kind, h, w, c, dtype, tw, th, which, bias) in enumerate(MIXED):
+        image = make_image(kind, h, w, c, dtype, seed)
+        images.append(image)
+        datas.append(with_kind10_streams(image, tw, th, CHOICES[which], bias=bias))
+    return images, datas
+
+
+def edited(stream: bytes, position: int, value: int) -> bytes:
+    return stream[:position] + bytes([value]) + stream[position + 1:]
+
+
+def row_at(stream, rows, row):
+    layout = kind10_layout(stream, 8, rows)
+    return layout["rows"] + sum(layout["row_lengths"][:row])
+
+
+# damage to a kind-10 stream (index, stream bytes, tile rows) -> bytes, in the order the checks meet it
+FAULTS = {
+    "header cut short": lambda i, s, rows: s[:3],
+    "flags bit 1 set": lambda i, s, rows: edited(s, 1, s[1] | 2),
+    "precision 5": lambda i, s, rows: edited(s, 2, 5),
+    "precision 13": lambda i, s, rows: edited(s, 2, 13),
+    "row-length bits 32": lambda i, s, rows: edited(s, 3, 32),
+    "alphabet past TOKENS(8)": lambda i, s, rows: edited(s, 4, 25),
+    "table set cut short": lambda i, s, rows: s[:6],
+    "frequencies not summing to 2**P": lambda i, s, rows: edited(s, 2, s[2] - 1),
+    "row-length table cut short": lambda i, s, rows: s[:kind10_layout(s, 8, rows)["lengths"] + 1],
+    "bytes after the last row": lambda i, s, rows: s + b"\0\0",
+    "last row stream one byte short": lambda i, s, rows: s[:-1],
+    "row 3 damaged": lambda i, s, rows: edited(s, row_at(s, rows, 3), s[row_at(s, rows, 3)] ^ 0x5A),
+    "second band's row 34 damaged": lambda i, s, rows: edited(s, row_at(s, rows, 34), s[row_at(s, rows, 34)] ^ 0x5A),
+    "row 2 and 3 lengths swapped": lambda i, s, rows: swapped_rows(s, rows, 2),
+}
+
+
+def swapped_rows(stream, rows, row):
+    """Rows row and row + 1's streams exchanged (the length table too): each row reads the other's bytes."""
+    layout = kind10_layout(stream, 8, rows)
+    a = row_at(stream, rows, row)
+    b = a + layout["row_lengths"][row]
+    c = b + layout["row_lengths"][row + 1]
+    return stream[:a] + stream[b:c] + stream[a:b] + stream[c:]
+
+
+def fault_files():
+    """{fault name: a 1-channel 8-bit file of one tile of two bands, every stream kind 10 (unbiased, so the
+    table set starts at byte 4), that fault in it}."""
+    image = make_image("smooth_noise", 40, 16, 1, np.uint8, 11)
+    return {name: with_kind10_streams(image, 16, 64, CHOICES["all"], damage=damage, bias="off")
+            for name, damage in FAULTS.items()}
+
+
