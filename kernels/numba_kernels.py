@@ -780,6 +780,8 @@ def decode_fast(data, stream_starts, stream_ends, items, tasks, ring_rows, out, 
                                                    stream_starts[stream - channel], channels, bits // 8, h * w)
         if code == STATUS_OK and colours > 0:
             palette = (data, stream_starts[stream], colours)
+        if code == STATUS_OK and colours != PLANE_MEMBER and data[start] == KIND_CODED_ANS:
+            code = STATUS_BAD_KIND  # compact mode's
         codes[channel] = code
         plane_starts[channel] = -1 if colours == PLANE_MEMBER else start
         data_pos[channel] = (start + 1) * 8  # a coded stream's rows start after its kind byte

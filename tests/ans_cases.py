@@ -79,3 +79,7 @@ def fault_files():
             for name, damage in FAULTS.items()}
 
 
+def fast_file_with_kind10() -> bytes:
+    """A fast file one of whose streams is kind 10 (compact mode's only: STATUS_BAD_KIND)."""
+    image = make_image("smooth_noise", 9, 20, 1, np.uint8, 5)
+    return with_kind10_streams(image, 16, 8, lambda index, kind: index == 1, mode="fast")

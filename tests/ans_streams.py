@@ -55,12 +55,12 @@ def palette_indices(stream: bytes, tile: np.ndarray) -> np.ndarray:
 
 
 def with_kind10_streams(image: np.ndarray, tile_width: int, tile_height: int, chosen, *, damage=None,
-                        **stream_options) -> bytes:
-    """A compact file of image (colour transform none) whose streams `chosen(index, kind)` says are recoded
+                        mode: str = "compact", **stream_options) -> bytes:
+    """A file of image (compact unless mode says, colour transform none) whose streams `chosen(index, kind)` says are recoded
     as kind 10 (the others as the encoder wrote them, kind 1 or any other; a chosen palette stream keeps its
     colour table, its index plane recoded); damage(index, stream, rows), when given, returns what each
     kind-10 stream (its plane's) becomes."""
-    data = l3codec.encode(image, mode="compact", tile_width=tile_width, tile_height=tile_height, transform="none")
+    data = l3codec.encode(image, mode=mode, tile_width=tile_width, tile_height=tile_height, transform="none")
     parsed = fmt.parse(np.frombuffer(data, np.uint8))
     info = parsed.info
     planes = image.reshape(image.shape[0], image.shape[1], -1)

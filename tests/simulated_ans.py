@@ -15,7 +15,7 @@ import numpy as np  # noqa: E402
 
 import l3codec  # noqa: E402
 
-from ans_cases import fault_files, mixed_images  # noqa: E402
+from ans_cases import fast_file_with_kind10, fault_files, mixed_images  # noqa: E402
 from gpu_cases import crop_regions  # noqa: E402
 from l3codec import gpu  # noqa: E402
 from l3codec.format import STATUS_MESSAGES  # noqa: E402
@@ -63,6 +63,7 @@ def main():
     results["fault statuses"] = {name: batch_status(data) for name, data in files.items()}
     results["fault statuses, tasks reversed"] = {name: batch_status(data, reverse_tasks=True)
                                                  for name, data in files.items()}
+    results["fast file with a kind-10 stream"] = batch_status(fast_file_with_kind10())
     print(json.dumps(results))
 
 
