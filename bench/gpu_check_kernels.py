@@ -32,6 +32,8 @@ REPEAT, STAND_IN_REPEAT = 5, 1
 END_TO_END_REPEAT = 3
 MODES = ("compact", "fast")
 EXPANSION = "LZ expansion"
+ANS_TABLES = "kind-10 tables"  # the rANS table stage (kernels/ans.cu), counted with the expansion
+STAGES = (EXPANSION, ANS_TABLES)
 ESTIMATE_REPORT = data.REPO / "bench" / "results" / "gpu.md"
 # sm_90 (H100, H200) per-SM limits, for the stand-in where no device reports its own
 SM90_LIMITS = {"blocks": 32, "threads": 2048, "registers": 65536, "shared": 233472, "reserved_shared": 1024}
@@ -68,6 +70,9 @@ class CupyDevice:
 
     def expand(self, buffer, expansions, status) -> None:
         self.cuda_c.launch_expand(buffer, expansions, status)
+
+    def build_ans_tables(self, buffer, tables) -> None:
+        self.cuda_c.launch_ans_tables(buffer, tables)
 
     def decode(self, launch, buffer, starts, ends, out, status, items, tasks) -> None:
         self.cuda_c.launch(launch, buffer, starts, ends, out, status, items=items, tasks=tasks)
@@ -115,6 +120,11 @@ class EmulatedDevice:
 
         emulation.expand_emulated(buffer, expansions, status)
 
+    def build_ans_tables(self, buffer, tables) -> None:
+        from l3codec.kernels import emulation
+
+        emulation.build_ans_tables_emulated(buffer, tables)
+
     def decode(self, launch, buffer, starts, ends, out, status, items, tasks) -> None:
         from l3codec.kernels import cuda_c, emulation
 
@@ -159,6 +169,9 @@ def time_launches(device, items: list, repeat: int) -> dict:
     launches = []  # (label, samples, launch)
     if layout.expansion_count:
         launches.append((EXPANSION, sum(samples), lambda: device.expand(kernel_data, expansions, status)))
+    if layout.ans_count:
+        ans_tables = batching.packed_ans_records(layout, buffer)
+        launches.append((ANS_TABLES, sum(samples), lambda: device.build_ans_tables(kernel_data, ans_tables)))
     first = 0
     for launch, (item_table, task_table) in zip(prepared.launches, tables):
         launch_status = status[first:first + len(launch.items)]  # this launch's items, as launch_packed
@@ -426,8 +439,8 @@ def predicted_gbs(estimate: dict, facts: dict) -> dict:
 def timing_row(kind: str, mode: str, batch: int, timed: dict, equal: bool, estimate: dict,
                facts: dict) -> dict:
     """One batch's figures: ms per launch, decoded GB/s, and the issue rate the estimate would need."""
-    expansion = sum(launch["ms_min"] for launch in timed["launches"] if launch["name"] == EXPANSION)
-    decode = sum(launch["ms_min"] for launch in timed["launches"] if launch["name"] != EXPANSION)
+    expansion = sum(launch["ms_min"] for launch in timed["launches"] if launch["name"] in STAGES)
+    decode = sum(launch["ms_min"] for launch in timed["launches"] if launch["name"] not in STAGES)
     row = {"frames": kind, "mode": mode, "batch": batch, "expansion_ms": expansion, "decode_ms": decode,
            "all_ms": timed["ms_min"], "all_ms_median": timed["ms_median"], "launches": timed["launches"],
            "samples": timed["samples"], "out_bytes": timed["out_bytes"], "expansions": timed["expansions"],

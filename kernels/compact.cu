@@ -22,7 +22,12 @@
 // so shared memory stays under 48 KiB whatever the tile width (a default 512-wide tile
 // of 4 16-bit channels would need 128 KiB staged whole). blockDim = (32, max_channels):
 // warps with threadIdx.y >= channels only take part in the barriers and the writing.
-#include "l3_common.cuh"
+//
+// A kind-10 stream (format 10's rANS rows, l3codec/ans.py) takes the same wavefront: lane r holds row
+// r's rANS state and its next word; the stream's table block (ans_stage.py, built by ans.cu before this
+// kernel) gives its slot tables and token words, read through L1, and the warp copies the activity-to-
+// context table and the bias values into its channel's state area in shared memory.
+#include "ans.cuh"
 
 namespace l3 {
 
@@ -217,6 +222,8 @@ L3_DEVICE void decode_compact_tile(const unsigned char* __restrict__ data, long 
     bool copy_row = false;
     // a constant stream keeps its value in run_value; a raw stream's first sample is at byte in.next
     CompactRow row = {{0, 0, 0}, 0, 0, 0, 0, false, false};
+    AnsRow ans_row = {data, 0, 0};  // a kind-10 row's state
+    const AnsBlock* ans_block = nullptr;
     if (decoding) {
         const long long end = stream_ends[stream];
         const PlaneStream plane = open_stream(data, data_size, stream_starts[stream], end, channel,
@@ -228,6 +235,43 @@ L3_DEVICE void decode_compact_tile(const unsigned char* __restrict__ data, long 
             lane_status = plane.status;
         } else if (plane.colours == PLANE_MEMBER) {
             // channel 0's warp stages the tile's indices; this warp stages zeros the writer never reads
+        } else if (kind == KIND_CODED_ANS) {
+            // the table block the stage wrote where the stream was (ans.cuh's AnsBlock)
+            ans_block = reinterpret_cast<const AnsBlock*>(data + start);
+            if (start < 0 || end - start < ANS_BLOCK_SLOTS || end > data_size) {
+                lane_status = STATUS_BAD_SIZE;  // the host's stage tables never give such a block
+            } else if (ans_block->status != STATUS_OK) {
+                lane_status = ans_block->status;
+            } else if (end - start != ANS_BLOCK_SLOTS + ((long long)ANS_CONTEXTS << ans_block->precision)) {
+                lane_status = STATUS_BAD_SIZE;
+            } else {
+                const int length_bits = ans_block->length_bits;
+                const long long table_pos = ans_block->lengths * 8;
+                const long long length =
+                    lane < h ? (long long)read_bits(data, data_size, table_pos + (band_y + lane) * length_bits,
+                                                    length_bits) : 0;
+                long long before = 0;  // the bytes of the bands before this one
+#pragma unroll 1
+                for (int r = lane; r < band_y; r += 32)
+                    before += (long long)read_bits(data, data_size, table_pos + r * length_bits, length_bits);
+                before = __shfl_sync(L3_FULL_MASK, warp_inclusive_scan(before, lane), 31);
+                const long long row_start = ans_block->rows + before + warp_inclusive_scan(length, lane) - length;
+                if (lane < h) {
+                    if (row_start + length > ans_block->end)
+                        lane_status = ANS_ROW_SIZE_STATUS;
+                    else if (!ans_open_row(ans_row, data + row_start, (int)length))
+                        lane_status = ANS_ROW_STATUS;
+                }
+                unsigned char* const contexts = state;  // the activity-to-context table, then the bias values
+                int* const bias = reinterpret_cast<int*>(state + ANS_SHARED_BIAS);
+#pragma unroll 1
+                for (int a = lane; a < ANS_ACTIVITY_LIMIT; a += 32)
+                    contexts[a] = (unsigned char)ans_context_of_activity(a);
+#pragma unroll 1
+                for (int i = lane; i < GRADIENT_CONTEXTS; i += 32) bias[i] = ans_block->bias[i];
+                __syncwarp();
+                source = SOURCE_ANS;
+            }
         } else if (kind > KIND_RAW) {
             lane_status = STATUS_BAD_KIND;
         } else if (kind == KIND_CONSTANT) {
@@ -345,6 +389,51 @@ L3_DEVICE void decode_compact_tile(const unsigned char* __restrict__ data, long 
                 }
                 x_nw = up;
             }
+        } else if (decoding && source == SOURCE_ANS) {
+            const int precision = ans_block->precision;
+            const bool biased = (ans_block->flags & 1) != 0;
+            const unsigned char* const slots = ans_slots(ans_block);
+            const unsigned char* const contexts = state;
+            const int* const bias = reinterpret_cast<const int*>(state + ANS_SHARED_BIAS);
+            for (int s = s0; s < s1; ++s) {
+                const int up = __shfl_up_sync(L3_FULL_MASK, x_w, 1);
+                const int col = s - lane;
+                if (lane < h && col >= 0 && col < w) {
+                    int nw_, n_, w_;
+                    if (lane == 0) {
+                        if (col == 0) {
+                            w_ = n_ = nw_ = 1 << (BITS - 1);
+                        } else {
+                            w_ = n_ = x_w;
+                            nw_ = col == 1 ? x_w : x_nw;
+                        }
+                    } else if (col == 0) {
+                        w_ = n_ = nw_ = up;
+                    } else {
+                        w_ = x_w;
+                        n_ = up;
+                        nw_ = x_nw;
+                    }
+                    int x = 0;
+                    if (lane_status == STATUS_OK) {
+                        const int d1 = w_ - nw_, d2 = n_ - nw_;
+                        const int activity = ((d1 < 0 ? -d1 : d1) + (d2 < 0 ? -d2 : d2)) >> (BITS - 8);
+                        const int ctx = contexts[min_of(activity, ANS_ACTIVITY_LIMIT - 1)];
+                        const int mapped = ans_decode_symbol(ans_row, ans_block, slots, ctx, precision);
+                        if (mapped < 0) lane_status = ANS_ROW_STATUS;
+                        int e = unzigzag(mapped);
+                        if (biased) {  // ans.sample_of: the residual less its gradient context's bias, sign-folded
+                            const int g = ans_gradient_step<BITS>(n_ - nw_) * 9 + ans_gradient_step<BITS>(nw_ - w_);
+                            const int sign = g < 0 ? -1 : 1;
+                            e = (e * sign + bias[g < 0 ? -g : g]) * sign;
+                        }
+                        x = (med(w_, n_, nw_) + e) & ((1 << BITS) - 1);
+                    }
+                    my_stage[col & (ring - 1)] = (T)x;
+                    x_w = x;
+                }
+                x_nw = up;
+            }
         } else if (decoding) {
             // constant, raw or failed (run_value 0): the columns the wavefront would have staged,
             // row by row, consecutive lanes on consecutive samples (a raw row is contiguous)
@@ -396,6 +485,14 @@ L3_DEVICE void decode_compact_tile(const unsigned char* __restrict__ data, long 
             const long long* row_ends = reinterpret_cast<long long*>(state + 2 * CONTEXTS * 32 * 4);
             if (!failing && band_y + h == tile_h && (row_ends[h - 1] + 7) / 8 != stream_ends[stream])
                 code = STATUS_BAD_SIZE;
+        } else if (source == SOURCE_ANS) {
+            // ans.row_stream_end: no word left, the state back at 0
+            if (lane_status == STATUS_OK && lane < h && (ans_row.left != 0 || ans_row.x != 0))
+                lane_status = ANS_ROW_STATUS;
+            const unsigned failing = __ballot_sync(L3_FULL_MASK, lane_status != STATUS_OK);
+            code = __shfl_sync(L3_FULL_MASK, lane_status, failing ? __ffs(failing) - 1 : 0);
+            // the row lengths add up to the stream's size (checked after the last band's rows)
+            if (!failing && band_y + h == tile_h) code = ans_block->end_status;
         }
         if (lane == 0)
             report_status(status, task.item, code,

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from l3codec import batch, compact, fast, huffman, lz4block, lz_stage, streams
+from l3codec import ans, ans_stage, batch, compact, fast, huffman, lz4block, lz_stage, streams
 from l3codec import format as fmt
 from l3codec.format import MODE_COMPACT, MODE_FAST
 
@@ -65,9 +65,10 @@ FAST_STAGE_BUDGET = 32768  # bytes of staged rows aimed at; at least 2 rows are 
 LZ_WARPS_PER_BLOCK = 4  # l3_expand_lz: a warp per expansion
 LZ_SHARED_BYTES_PER_WARP = 9384  # sizeof(LzCodes): a warp's Huffman code tables (lz.cu asserts it)
 PALETTE_MAX_COLOURS = fmt.PALETTE_MAX_COLOURS  # a palette tile's colour table, in shared memory
+ANS_WARPS_PER_BLOCK = 4  # l3_build_ans_tables: a warp per kind-10 stream
 _LAUNCH_CONSTANTS = ("COMPACT_HEADER_SHARED_BYTES", "COMPACT_STATE_BYTES", "COMPACT_RING_MIN",
                      "COMPACT_RING_MAX", "FAST_THREADS", "FAST_FIXED_BYTES", "FAST_STAGE_BUDGET",
-                     "LZ_WARPS_PER_BLOCK", "LZ_SHARED_BYTES_PER_WARP")
+                     "LZ_WARPS_PER_BLOCK", "LZ_SHARED_BYTES_PER_WARP", "ANS_WARPS_PER_BLOCK")
 
 CONSTANTS_HEADER = "l3_constants.cuh"  # generated: no such file in kernels/
 
@@ -95,6 +96,19 @@ def kernel_constants() -> dict:
                               "OFFSET_HIGH_TABLE", "MAX_CODE_BITS", "BITMAP_BYTES", "SYMBOLS",
                               "EXTENSION_BITS"), "LZ_"),
         {name: (globals()[name], f"cuda_c.{name}") for name in _LAUNCH_CONSTANTS},
+        from_module(ans, ("NO_TOKEN", "SPLIT_EXPONENT", "MANTISSA_BITS"), "ANS_"),
+        from_module(ans, ("ANS_LOW", "ANS_CONTEXTS", "GRADIENT_CONTEXTS", "ANS_MIN_PRECISION",
+                          "ANS_MAX_PRECISION")),
+        {f"ANS_ACTIVITY_EDGE_{i}": (edge, f"ans.ACTIVITY_EDGES[{i}]")
+         for i, edge in enumerate(ans.ACTIVITY_EDGES)},
+        {"ANS_ACTIVITY_LIMIT": (len(ans.ANS_CONTEXT_OF_ACTIVITY), "len(ans.ANS_CONTEXT_OF_ACTIVITY)")},
+        {f"ANS_GRADIENT_EDGE_{i}": (edge, f"ans.GRADIENT_EDGES[{i}]")
+         for i, edge in enumerate(ans.GRADIENT_EDGES)},
+        from_module(ans_stage, [name for name in vars(ans_stage) if name.startswith("BLOCK_")], "ANS_"),
+        from_module(ans_stage, ("ANS_HEADER_BYTES", "ANS_TOKEN_COLUMNS", "ANS_SHORT_STATUS",
+                                "ANS_TABLE_STATUS", "ANS_ROW_SIZE_STATUS", "ANS_ROW_STATUS")),
+        # format 10's kind, until format.py names it (wip/v10-cpu)
+        {} if hasattr(fmt, "KIND_CODED_ANS") else from_module(ans_stage, ("KIND_CODED_ANS",)),
     ]
     constants = {}
     for group in groups:  # one C name, one source: a second would silently win in a dict merge
@@ -122,7 +136,8 @@ RECORDS_HEADER = "l3_records.cuh"  # generated: no such file in kernels/
 # The launch tables' records the kernels index, as C struct name: (module, dtype name). The dtype is
 # the one definition; the struct is generated from it.
 _KERNEL_RECORDS = {"L3Item": (batch, "ITEM_DTYPE"), "L3Task": (batch, "TASK_DTYPE"),
-                   "L3Expansion": (lz_stage, "EXPANSION_DTYPE")}
+                   "L3Expansion": (lz_stage, "EXPANSION_DTYPE"),
+                   "L3AnsTable": (ans_stage, "TABLE_STAGE_DTYPE")}
 
 
 def kernel_records() -> dict:
@@ -207,7 +222,12 @@ KERNELS = {
 #     l3_expand_lz(uint8* data, const L3Expansion* expansions, int64 count, int32* status)
 # a warp per expansion, LZ_WARPS_PER_BLOCK warps per block.
 EXPAND_SOURCE, EXPAND_KERNEL = "lz.cu", "l3_expand_lz"
-SOURCES = (*(kernel.source for kernel in KERNELS.values()), EXPAND_SOURCE)
+# The kind-10 streams' table blocks (l3codec/ans_stage.py), built after the LZ expansion, before the
+# decode kernels:
+#     l3_build_ans_tables(uint8* data, int64 data_size, const L3AnsTable* tables, int64 count)
+# a warp per table, ANS_WARPS_PER_BLOCK warps per block, no shared memory.
+ANS_SOURCE, ANS_KERNEL = "ans.cu", "l3_build_ans_tables"
+SOURCES = (*(kernel.source for kernel in KERNELS.values()), EXPAND_SOURCE, ANS_SOURCE)
 
 
 def block_shape(launch) -> tuple:
@@ -296,7 +316,8 @@ def load_module(filename: str, device=None):
         with device:
             module = cupy.RawModule(code=source_text(filename), options=COMPILE_OPTIONS)
             try:
-                module.get_function(next((k.kernel for k in KERNELS.values() if k.source == filename), EXPAND_KERNEL))
+                stage = ANS_KERNEL if filename == ANS_SOURCE else EXPAND_KERNEL
+                module.get_function(next((k.kernel for k in KERNELS.values() if k.source == filename), stage))
             except Exception as error:  # CuPy raises its driver error types; their text names the cause
                 text = str(error)
                 if "UNSUPPORTED_PTX_VERSION" in text or "NO_BINARY_FOR_GPU" in text or "INVALID_PTX" in text:
@@ -411,6 +432,24 @@ def launch_expand(data, expansions, status, *, stream=None):
         kernel = load_module(EXPAND_SOURCE).get_function(EXPAND_KERNEL)
         grid, block, shared = expand_grid(count)
         kernel(grid, block, (data, expansions, np.int64(count), status), shared_mem=shared)
+
+
+def ans_tables_grid(count: int) -> tuple:
+    """(grid, block) of l3_build_ans_tables for `count` kind-10 streams: a warp each."""
+    return (-(-count // ANS_WARPS_PER_BLOCK),), (32 * ANS_WARPS_PER_BLOCK,)
+
+
+def launch_ans_tables(data, tables, *, stream=None):
+    """Build a packed batch's kind-10 table blocks in its scratch area (batch.packed_views: data is the whole
+    device buffer; tables batch.packed_ans_records' (n, 8) int64 view), after launch_expand."""
+    count = int(tables.shape[0])
+    if count == 0:
+        return
+    context = stream if stream is not None else _NoStream()
+    with context:
+        kernel = load_module(ANS_SOURCE).get_function(ANS_KERNEL)
+        grid, block = ans_tables_grid(count)
+        kernel(grid, block, (data, np.int64(data.size), tables, np.int64(count)))
 
 
 class _NoStream:

@@ -163,6 +163,15 @@ extern "C" int l3emu_expand(long long grid, int threads, long long shared_bytes,
     });
 }
 
+extern "C" void l3_build_ans_tables(unsigned char*, long long, const L3AnsTable*, long long);
+
+extern "C" int l3emu_ans_tables(long long grid, int threads, int order, unsigned seed, unsigned char* data,
+                                long long data_size, const L3AnsTable* tables, long long count) {
+    return cuda_emu::launch(dim3((unsigned)grid), dim3(threads, 1, 1), 0, order, seed, [=] {
+        l3_build_ans_tables(data, data_size, tables, count);
+    });
+}
+
 extern "C" const char* l3emu_last_error() { return cuda_emu::last_error(); }
 %(traffic_exports)s
 // the generated structs as compiled: field < 0 gives the size of record number `record` (in
@@ -362,6 +371,8 @@ def kernel_library(build: str = "plain") -> ctypes.CDLL:
         ]
         lib.l3emu_expand.restype = i32
         lib.l3emu_expand.argtypes = [i64, i32, i64, i32, ctypes.c_uint, ptr, ptr, i64, ptr]
+        lib.l3emu_ans_tables.restype = i32
+        lib.l3emu_ans_tables.argtypes = [i64, i32, i32, ctypes.c_uint, ptr, i64, ptr, i64]
         lib.l3emu_last_error.restype = ctypes.c_char_p
         lib.l3emu_record_layout.restype, lib.l3emu_record_layout.argtypes = i64, [i32, i32]
         for source in PRIVATE_CONSTANTS:
@@ -436,10 +447,10 @@ def aligned_full(size: int, value: int, alignment: int = 256) -> np.ndarray:
 
 
 def with_scratch(batch) -> tuple:
-    """(the batch's bytes followed by room for its expanded LZ streams, the room's offset): the
-    scratch area after the data, 8-byte aligned, as on a device (batch.packed_layout puts it after
-    the tables); no padding at all when the batch has no LZ stage."""
-    scratch_size = 0 if batch.lz is None else batch.lz.scratch_size
+    """(the batch's bytes followed by room for its expanded LZ streams and kind-10 table blocks, the room's
+    offset): the scratch area after the data, 8-byte aligned, as on a device (batch.packed_layout puts it
+    after the tables); no padding at all when the batch has no stage."""
+    scratch_size = sum(l3batch.stage_scratch_sizes(batch))
     scratch = -(-batch.data.size // 8) * 8 if scratch_size else batch.data.size
     padded = np.zeros(scratch + scratch_size, np.uint8)
     padded[:batch.data.size] = batch.data
@@ -460,6 +471,22 @@ def expand_emulated(data: np.ndarray, expansions: np.ndarray, status: np.ndarray
     if lib.l3emu_expand(grid, threads, shared, ORDERS[order], seed, _pointer(data), _pointer(expansions), count,
                         _pointer(status)) != 0:
         raise EmulationError(f"{cuda_c.EXPAND_KERNEL}: {lib.l3emu_last_error().decode()}")
+
+
+def build_ans_tables_emulated(data: np.ndarray, tables: np.ndarray, order: str = "forward", seed: int = 0, *,
+                              lib: ctypes.CDLL | None = None) -> None:
+    """Run l3_build_ans_tables under the emulator, as gpu.launch_packed does after the LZ expansion: data
+    the whole buffer (scratch area included), tables ans_stage.TABLE_STAGE_DTYPE records or their (n, 8)
+    int64 view (batch.ans_records)."""
+    tables = np.ascontiguousarray(tables)
+    count = len(tables)
+    if count == 0:
+        return
+    lib = kernel_library() if lib is None else lib
+    (grid,), (threads,) = cuda_c.ans_tables_grid(count)
+    if lib.l3emu_ans_tables(grid, threads, ORDERS[order], seed, _pointer(data), data.size, _pointer(tables),
+                            count) != 0:
+        raise EmulationError(f"{cuda_c.ANS_KERNEL}: {lib.l3emu_last_error().decode()}")
 
 
 def decode_batch_emulated(
@@ -500,6 +527,10 @@ def decode_batch_emulated(
     if coverage is not None:  # the LZ expansion's blocks count too (bench/gpu.py prices them apart)
         lib.l3emu_coverage_start()
     expand_emulated(data.array, expansions, status, order, seed, lib=lib)
+    tables = l3batch.ans_records(batch, scratch + data.shift)
+    for field in ("source", "source_end", "prefix_start"):
+        tables[field] += data.shift
+    build_ans_tables_emulated(data.array, tables, order, seed, lib=lib)
     if coverage is not None:
         lib.l3emu_coverage_stop()
         coverage.add_from(lib)

@@ -56,6 +56,7 @@ enum : int {
     SOURCE_CONSTANT = 1,
     SOURCE_RAW = 2,
     SOURCE_CODED = 3,
+    SOURCE_ANS = 4,  // compact's kind 10: rANS rows through the stream's table block (ans.cuh)
 };
 
 // ------------------------------------------------------------------ shared-memory layouts

@@ -18,7 +18,7 @@ import numba
 import numpy as np
 from numba.core.registry import CPUDispatcher
 
-from . import ans, bitio, compact
+from . import ans, ans_stream, bitio, compact
 from .ans import (
     ANS_CONTEXT_OF_ACTIVITY,
     ANS_CONTEXTS,
@@ -28,7 +28,14 @@ from .ans import (
     TABLE_GROUP_ROWS,
     token_count,
 )
-from .format import COMPACT_BAND_ROWS, L3Error
+from .ans_stream import (
+    ANS_BIAS_CHOOSE,
+    ANS_BIAS_OFF,
+    ANS_BIAS_ON,
+    ANS_MAX_PREFIX_BYTES,
+    ANS_REFERENCE_PRECISION,
+)
+from .format import COMPACT_BAND_ROWS, COMPACT_MAX_TILE_HEIGHT, STATUS_BAD_SIZE, STATUS_OK, L3Error
 from .jit import cached_njit, compile_device_functions
 
 MAX_TOKENS = token_count(16)
@@ -44,7 +51,11 @@ def _compile_inline(func):
     )
 
 
-_dev = compile_device_functions([bitio, compact, ans], _compile_inline)
+_dev = compile_device_functions([bitio, compact, ans, ans_stream], _compile_inline)
+encode_ans_stream = _dev.encode_ans_stream
+ans_stream_tables = _dev.ans_stream_tables
+ans_rows_start = _dev.ans_rows_start
+decode_ans_rows = _dev.decode_ans_rows
 row_symbols = _dev.row_symbols
 decode_row = _dev.decode_row
 decode_row_pair = _dev.decode_row_pair
@@ -455,3 +466,84 @@ def decode_plane(coded: CodedPlane) -> np.ndarray:
     if status != ANS_OK:
         raise L3Error(f"compact v2 plane: {ANS_MESSAGES[status]}")
     return plane
+
+
+# ---------------------------------------------------------------- kind-10 streams (format 10)
+
+_BIAS_MODES = {"choose": ANS_BIAS_CHOOSE, "off": ANS_BIAS_OFF, "on": ANS_BIAS_ON}
+
+
+@_cached
+def _encode_stream(tile, bits, precision, bias_mode, out):
+    return encode_ans_stream(tile, bits, precision, bias_mode, out, 0, out.shape[0])
+
+
+def encode_stream(plane: np.ndarray, precision: int = ANS_REFERENCE_PRECISION, bias: str = "choose") -> bytes:
+    """One tile-channel (uint8 or uint16, already colour-transformed, at most COMPACT_MAX_TILE_HEIGHT rows) as
+    the bytes of a kind-10 stream (ans_stream.py). bias: "choose", "on" or "off"."""
+    if plane.ndim != 2 or plane.dtype not in (np.uint8, np.uint16) or plane.size == 0:
+        raise L3Error(f"a plane is a non-empty 2-D uint8 or uint16 array, got {plane.dtype} {plane.shape}")
+    if plane.shape[0] > COMPACT_MAX_TILE_HEIGHT:
+        raise L3Error(f"a kind-10 stream holds at most {COMPACT_MAX_TILE_HEIGHT} rows, got {plane.shape[0]}")
+    if not ans.ANS_MIN_PRECISION <= precision <= ans.ANS_MAX_PRECISION:
+        raise L3Error(f"precision must be {ans.ANS_MIN_PRECISION}..{ans.ANS_MAX_PRECISION}, got {precision}")
+    if bias not in _BIAS_MODES:
+        raise L3Error(f"bias must be 'choose', 'on' or 'off', got {bias!r}")
+    plane = np.ascontiguousarray(plane)
+    # a sample costs at most 4 bytes (ans_stream.encode_ans_stream's row bound)
+    out = np.zeros(ANS_MAX_PREFIX_BYTES + 4 * plane.size + 16 * plane.shape[0] + 16, np.uint8)
+    size = _encode_stream(plane, plane.dtype.itemsize * 8, precision, _BIAS_MODES[bias], out)
+    if size < 0:
+        raise RuntimeError("kind-10 stream outgrew its buffer")  # a bug: the bound above holds
+    return bytes(out[:size])
+
+
+def stream_scratch():
+    """The decoder's tables for one kind-10 stream at a time: (bias, freq, alphabets, slots, token_info)."""
+    return (
+        np.zeros(GRADIENT_CONTEXTS, np.int64),
+        np.zeros((ANS_CONTEXTS, MAX_TOKENS), np.int64),
+        np.zeros(ANS_CONTEXTS, np.int64),
+        np.zeros((ANS_CONTEXTS, 1 << ans.ANS_MAX_PRECISION), np.uint8),
+        np.zeros((ANS_CONTEXTS, ans.NO_TOKEN + 1), np.int32),
+    )
+
+
+@_decoder
+def decode_stream_into(buf, start, end, tile, bits, bias, freq, alphabets, slots, token_info):
+    """ans_stream.decode_ans_stream with the rows specialised for the sample width and the bias flag (as
+    _decode_rows: the shifts and masks fold and the bias branch goes). Returns a FORMAT.md §8 status."""
+    status, biased, precision, length_bits, length_table = ans_stream_tables(
+        buf, start, end, bits, bias, freq, alphabets, slots, token_info
+    )
+    if status != STATUS_OK:
+        return status
+    pos = ans_rows_start(length_table, end, tile.shape[0], length_bits)
+    if pos < 0:
+        return STATUS_BAD_SIZE
+    if bits == 8 and biased:
+        return decode_ans_rows(
+            buf, length_table, pos, end, tile, 8, True, precision, length_bits, bias, slots, token_info
+        )
+    if bits == 8:
+        return decode_ans_rows(
+            buf, length_table, pos, end, tile, 8, False, precision, length_bits, bias, slots, token_info
+        )
+    if biased:
+        return decode_ans_rows(
+            buf, length_table, pos, end, tile, 16, True, precision, length_bits, bias, slots, token_info
+        )
+    return decode_ans_rows(
+        buf, length_table, pos, end, tile, 16, False, precision, length_bits, bias, slots, token_info
+    )
+
+
+def decode_stream(stream, height: int, width: int, bits: int) -> tuple[np.ndarray, int]:
+    """(tile, status) of one kind-10 stream of a height x width tile-channel: status is format.STATUS_OK or
+    the first failing check's FORMAT.md §8 code (the tile then holds what was decoded before it)."""
+    buf = np.frombuffer(bytes(stream), np.uint8)
+    if buf.size == 0:
+        raise L3Error("a stream holds at least its kind byte")
+    tile = np.zeros((height, width), np.uint8 if bits == 8 else np.uint16)
+    status = decode_stream_into(buf, 0, buf.shape[0], tile, bits, *stream_scratch())
+    return tile, int(status)

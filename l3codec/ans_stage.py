@@ -26,10 +26,11 @@ palette's index plane):
                            to the stream's size (the check after the rows)
     36      4              zero
     40      164 int32[41]  bias values, 0 when the stream has no bias table
-    204     4              zero
-    208     3840 uint32[15][64]  per context and token: f | cum << 16 (0 for tokens not coded,
+    204     15  uint8[15]  per context, its alphabet size (the stage's own use)
+    219     5              zero
+    224     3840 uint32[15][64]  per context and token: f | cum << 16 (0 for tokens not coded,
                            ans.NO_TOKEN's column included)
-    4048    15 << P        per context, the slot table: 1 byte a slot, the token (ans.NO_TOKEN for a
+    4064    15 << P        per context, the slot table: 1 byte a slot, the token (ans.NO_TOKEN for a
                            context that codes none); absent (slot_bytes 0) when P is out of range
 
 A batch without kind-10 streams has no stage (plan returns None). Only the kind byte, P (to size the
@@ -51,6 +52,14 @@ from .regions import region_streams
 # format 10's compact coded stream (issue #39, decision 1); format.py defines it on wip/v10-cpu
 KIND_CODED_ANS = getattr(fmt, "KIND_CODED_ANS", 10)
 ANS_HEADER_BYTES = 4  # kind, flags, P, L
+# The statuses a kind-10 stream fails with (docs/FORMAT.md §8; the CPU decoder's, every backend reports the
+# same): a stream too short for its header; a bias table or table set refused or cut short; a row whose
+# bytes lie past the stream; a row that does not decode to exactly its bytes (ans.ANS_BAD_STATE,
+# ANS_BAD_TOKEN in a row, ANS_ENDS_EARLY, ANS_ENDS_LATE).
+ANS_SHORT_STATUS = fmt.STATUS_BAD_SIZE
+ANS_TABLE_STATUS = getattr(fmt, "STATUS_BAD_TABLE", fmt.STATUS_BAD_HEADER)
+ANS_ROW_SIZE_STATUS = fmt.STATUS_BAD_SIZE
+ANS_ROW_STATUS = fmt.STATUS_CORRUPT
 ANS_TOKEN_COLUMNS = ans.NO_TOKEN + 1  # token_info's columns: every token a slot byte can name
 BLOCK_STATUS = 4
 BLOCK_ROWS = 8
@@ -58,9 +67,10 @@ BLOCK_LENGTHS = 16
 BLOCK_END = 24
 BLOCK_END_STATUS = 32
 BLOCK_BIAS = 40
-BLOCK_TOKEN_INFO = 208
+BLOCK_ALPHABETS = BLOCK_BIAS + 4 * ans.GRADIENT_CONTEXTS
+BLOCK_TOKEN_INFO = 224
 BLOCK_SLOTS = BLOCK_TOKEN_INFO + 4 * ans.ANS_CONTEXTS * ANS_TOKEN_COLUMNS
-assert BLOCK_BIAS + 4 * ans.GRADIENT_CONTEXTS <= BLOCK_TOKEN_INFO and BLOCK_SLOTS % 8 == 0
+assert BLOCK_ALPHABETS + ans.ANS_CONTEXTS <= BLOCK_TOKEN_INFO and BLOCK_SLOTS % 8 == 0
 
 # One record per kind-10 stream the batch decodes (a warp each): the stream at [source, source_end) (its kind
 # byte at source), the prefix_bytes before it at prefix_start to copy before the block (a palette's header

@@ -216,13 +216,17 @@ def prepare(items, regions=None, *, verify=True, max_pixels: int = fmt.MAX_PIXEL
     return assemble(plans, np.concatenate(views), max_pixels=max_pixels)
 
 
-def check_pixels(plans, max_pixels: int = fmt.MAX_PIXELS, *, expanded_samples: int = 0) -> None:
+def check_pixels(plans, max_pixels: int = fmt.MAX_PIXELS, *, expanded_samples: int = 0,
+                 table_bytes: int = 0) -> None:
     """Refuse a batch whose regions hold more than max_pixels pixels, or, with the samples of the LZ
-    planes it expands on the device (assemble), more than that in all."""
+    planes it expands on the device and the bytes of its kind-10 table blocks (assemble; a block is up
+    to 65 KB whatever its stream's size, so they are counted as samples too), more than that in all."""
     total_pixels = sum(plan.region[2] * plan.region[3] for plan in plans)
-    if total_pixels + expanded_samples > max_pixels:
+    if total_pixels + expanded_samples + table_bytes > max_pixels:
         expanding = f" and expands {expanded_samples} samples of LZ streams" if expanded_samples else ""
-        raise L3Error(f"batch decodes {total_pixels} pixels{expanding}, more than max_pixels={max_pixels}")
+        tables = f" and builds {table_bytes} bytes of rANS tables" if table_bytes else ""
+        raise L3Error(f"batch decodes {total_pixels} pixels{expanding}{tables}, "
+                      f"more than max_pixels={max_pixels}")
 
 
 def default_layout(plans) -> tuple:
@@ -271,8 +275,9 @@ def assemble(plans, data: np.ndarray, /, *, layout=None, data_offsets=None, max_
         )
 
     lz = lz_stage.plan(plans, data, stream_base, stream_starts, stream_ends, band_bits=STATUS_BAND_BITS)
-    check_pixels(plans, max_pixels, expanded_samples=0 if lz is None else lz.samples)
     ans = ans_stage.plan(plans, data, stream_base, stream_starts, stream_ends)
+    check_pixels(plans, max_pixels, expanded_samples=0 if lz is None else lz.samples,
+                 table_bytes=0 if ans is None else ans.scratch_size)
 
     launches = []
     modes = np.array([fmt.MODES[info.mode] for info in infos])

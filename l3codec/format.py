@@ -53,6 +53,7 @@ KIND_LZ = 6  # either mode: the raw stream's bytes as an LZ4 block (version 6, l
 KIND_PIXEL_LZ = 7  # a tile's channel-0 stream: the tile's pixels, channels interleaved, as an LZ4 block (version 7)
 KIND_LZ_CODED = 8  # kind 6 with the LZ4 block's symbols Huffman-coded (version 8, l3codec/huffman.py)
 KIND_PIXEL_LZ_CODED = 9  # kind 7 likewise (version 8)
+KIND_CODED_ANS = 10  # compact only: a tile-channel coded with static-table rANS, its own tables (version 10)
 PALETTE_MAX_COLOURS = 256  # the count byte holds colours - 1
 PALETTE_HEADER_BYTES = 2  # kind, colours - 1
 
@@ -357,6 +358,15 @@ STATUS_CORRUPT = 4
 STATUS_MESSAGES = {
     STATUS_BAD_KIND: "unknown stream kind, a kind the file's mode lacks, or a palette kind out of place",
     STATUS_BAD_SIZE: "stream size does not match its contents",
-    STATUS_BAD_HEADER: "stream header out of range",
+    STATUS_BAD_HEADER: "stream header or its tables out of range",
     STATUS_CORRUPT: "bitstream does not decode to its recorded lengths or to valid samples",
 }
+# Kind 10 (l3codec/ans_stream.py) reports through these codes, none of its own (a batch entry holds 3 bits):
+# its header fields out of range and its tables (a table not summing to 2**P, a bit length past P + 1, an
+# alphabet past the sample width's tokens, a bias table or table set cut short) are STATUS_BAD_HEADER; a
+# row-length table or a row past the stream's end, or bytes after the last row, STATUS_BAD_SIZE; a row whose
+# state and tokens do not decode to exactly its bytes (ans.ANS_BAD_STATE, ANS_BAD_TOKEN, ANS_ENDS_EARLY,
+# ANS_ENDS_LATE) STATUS_CORRUPT, as a kind-1 row. The first failing check counts, in the order: header,
+# tables, row-length table, rows from row 0, the end.
+ANS_TABLE_FAULT_STATUS = STATUS_BAD_HEADER
+ANS_ROW_FAULT_STATUS = STATUS_CORRUPT

@@ -3,6 +3,7 @@ the blocks lie, and the stream tables the kernels then read. Kind-10 streams are
 a compact file's coded streams (the stage's plan reads kinds and P only; the kernels check the rest)."""
 
 import numpy as np
+import pytest
 
 import l3codec
 from images import make_image
@@ -69,3 +70,15 @@ def test_the_packed_layout_holds_the_stage_records_and_its_stream_tables():
     tasks = sum(len(launch.tasks) for launch in prepared.launches)
     tables = layout.size - (prepared.data.size + 7) // 8 * 8
     assert tables == batching.table_bytes(1, streams, tasks, 0, 2)
+
+
+def test_the_table_blocks_count_against_max_pixels():
+    """A block is up to 65 KB whatever its stream's size: a batch of them is refused like one that decodes
+    too many pixels, before anything is allocated."""
+    data, _ = _relabelled({s: 12 for s in range(0, 9, 3)})  # three streams, P = 12: 3 x 65,504 bytes
+    prepared = batching.prepare([data], verify=False)
+    pixels = 100 * 70
+    needed = pixels + prepared.ans.scratch_size
+    assert batching.prepare([data], verify=False, max_pixels=needed).ans.scratch_size == 3 * (4064 + (15 << 12))
+    with pytest.raises(l3codec.L3Error, match="bytes of rANS tables"):
+        batching.prepare([data], verify=False, max_pixels=needed - 1)

@@ -21,7 +21,7 @@ import fake_cupy
 from images import make_image
 from stream_census import fast_census, plane_streams, stream_census
 from l3codec import batch as l3batch
-from l3codec import compact, fast, huffman, lz, lz_stage
+from l3codec import ans_stage, compact, fast, huffman, lz, lz_stage
 from l3codec import format as fmt
 from l3codec.kernels import cuda_c, emulation
 
@@ -369,7 +369,7 @@ def test_every_status_code_is_reachable_in_encoded_files():
             fast_kinds.add(data[start])
         code_bits = fast.code_bits(8, extended)
         bad_kind = bytearray(data)
-        bad_kind[start] = fmt.KIND_PIXEL_LZ_CODED + 1  # past the last kind
+        bad_kind[start] = 11  # past the last kind (format 10 took kind 10)
         cases.append((reseal(bytes(bad_kind)), fmt.STATUS_BAD_KIND))
         if mode == "compact":  # fast mode's extended kind
             bad_kind[start] = fmt.KIND_CODED_EXTENDED
@@ -573,7 +573,7 @@ def test_kernel_constants_come_from_the_python_codec():
     }
     assert {name: constants[name] for name in python} == python
     kinds = [name for name in vars(fmt) if name.startswith("KIND_")]
-    assert len(kinds) == 10 and set(kinds) <= set(constants)  # every stream kind, a new one included
+    assert len(kinds) == 11 and set(kinds) <= set(constants)  # every stream kind, a new one included
     lib = kernel_library()
     assert [lib.l3emu_constant(i) for i in range(len(constants))] == list(constants.values())
     for path in cuda_c.KERNEL_DIR.glob("*.cu*"):
@@ -604,7 +604,8 @@ def test_nvrtc_resources(arch):
     except Exception as error:  # noqa: BLE001 - the bindings import, the NVRTC library does not load
         pytest.skip(f"the NVRTC library does not load: {error}")
     report = cuda_c.compile_report(arch)
-    assert set(report) == {kernel.kernel for kernel in cuda_c.KERNELS.values()} | {cuda_c.EXPAND_KERNEL}
+    assert set(report) == {kernel.kernel for kernel in cuda_c.KERNELS.values()} | {cuda_c.EXPAND_KERNEL,
+                                                                                     cuda_c.ANS_KERNEL}
     for name, figures in report.items():
         summary = {k: v for k, v in figures.items() if k != "log"}
         assert figures["spill_stores"] == 0 and figures["spill_loads"] == 0, (name, summary)
@@ -649,6 +650,12 @@ class _FakeCupy:
             names = [cuda_c.KERNELS[key].kernel for key in sorted(cuda_c.KERNELS)]
             values = [a.data.ptr if isinstance(a, _FakeCupy.Array) else int(a) for a in args]
             lib = kernel_library()
+            if self.name == cuda_c.ANS_KERNEL:
+                assert isinstance(args[1], np.int64) and isinstance(args[3], np.int64) and len(block) == 1
+                assert shared_mem == 0
+                self.launches.append((self.name, grid, block, shared_mem))
+                assert lib.l3emu_ans_tables(grid[0], block[0], 2, 1, *values) == 0, lib.l3emu_last_error()
+                return
             if self.name == cuda_c.EXPAND_KERNEL:
                 assert isinstance(args[2], np.int64) and len(block) == 1
                 assert shared_mem == cuda_c.expand_grid(1)[2]  # each warp's codes for a coded stream
@@ -858,6 +865,10 @@ def _decode_with_launches(cupy, batch, *, expand_lz=True):
     if expand_lz:
         rows = np.ascontiguousarray(host_expansions).view(np.int64).reshape(len(host_expansions), -1)
         cuda_c.launch_expand(data, cupy.asarray(rows), status, stream=stream)
+        tables = l3batch.ans_records(batch, scratch)
+        columns = len(ans_stage.TABLE_STAGE_DTYPE.names)
+        cuda_c.launch_ans_tables(data, cupy.asarray(tables.view(np.int64).reshape(len(tables), columns)),
+                                 stream=stream)
         stream.synchronize()
     statuses = status.get()
     for launch in batch.launches:

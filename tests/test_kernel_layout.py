@@ -12,7 +12,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from l3codec import batch, lz_stage
+from l3codec import ans_stage, batch, lz_stage
 from l3codec.format import L3Error
 from l3codec.kernels import cuda_c, emulation
 from l3codec.kernels.c_records import c_struct
@@ -41,9 +41,10 @@ def _gxx_check(text: str, tmp_path) -> subprocess.CompletedProcess:
 def test_the_kernels_records_are_the_batch_dtypes():
     records = cuda_c.kernel_records()
     assert {name: dtype for name, (dtype, _) in records.items()} == {
-        "L3Item": batch.ITEM_DTYPE, "L3Task": batch.TASK_DTYPE, "L3Expansion": lz_stage.EXPANSION_DTYPE}
+        "L3Item": batch.ITEM_DTYPE, "L3Task": batch.TASK_DTYPE, "L3Expansion": lz_stage.EXPANSION_DTYPE,
+        "L3AnsTable": ans_stage.TABLE_STAGE_DTYPE}
     assert [origin for _, origin in records.values()] == [
-        "batch.ITEM_DTYPE", "batch.TASK_DTYPE", "lz_stage.EXPANSION_DTYPE"]
+        "batch.ITEM_DTYPE", "batch.TASK_DTYPE", "lz_stage.EXPANSION_DTYPE", "ans_stage.TABLE_STAGE_DTYPE"]
 
 
 def test_no_kernel_source_writes_a_record_struct_by_hand():

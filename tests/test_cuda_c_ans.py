@@ -1,0 +1,86 @@
+"""Format 10's kind-10 (rANS) streams in the CUDA C kernels, run by the host emulation: the table stage
+(kernels/ans.cu) and the compact band kernel's kind-10 path (kernels/compact.cu, ans.cuh) decode bit for bit
+like the reference, beside kind-1, palette and LZ tiles, and report the CPU decoder's statuses."""
+
+import numpy as np
+import pytest
+
+import l3codec
+from ans_streams import with_ans_streams
+from images import make_image
+from l3codec import batch as l3batch
+from l3codec import format as fmt
+from l3codec.kernels.emulation import decode_batch_emulated
+
+
+def _image(kind, height, width, channels, dtype, seed):
+    """make_image's, or for "text+noise" text on the left (LZ tiles) and smooth noise on the right."""
+    if kind != "text+noise":
+        return make_image(kind, height, width, channels, dtype, seed)
+    half = width // 2
+    return np.concatenate([make_image("text", height, half, channels, dtype, seed),
+                           make_image("smooth_noise", height, width - half, channels, dtype, seed)], axis=1)
+
+
+def _file(kind, height, width, channels, dtype, tile_width, tile_height, every=2, seed=1, **options):
+    """A compact file whose every `every`-th stream is kind 10 where it codes its own plane, the others as
+    the encoder chose, and its pixels."""
+    image = _image(kind, height, width, channels, dtype, seed)
+    data = l3codec.encode(image, mode="compact", tile_width=tile_width, tile_height=tile_height,
+                          transform=options.pop("transform", None))
+    streams = len(fmt.parse(data).stream_starts)
+    return with_ans_streams(data, set(range(0, streams, every)), **options), image
+
+
+# (image kind, height, width, channels, dtype, tile width, tile height, options)
+MIXED = [
+    ("smooth_noise", 70, 90, 1, np.uint8, 64, 64, {}),  # partial tiles both ways, two bands + a short one
+    ("smooth_noise", 300, 40, 3, np.uint8, 32, 256, {"biased": True}),  # 8 bands; rg-mean transform
+    ("smooth_noise", 50, 70, 2, np.uint16, 32, 32, {"precision": 6}),
+    ("gradient", 40, 100, 4, np.uint16, 64, 32, {"transform": "subtract-green", "biased": True}),
+    ("noise", 33, 40, 3, np.uint8, 16, 32, {"precision": 12, "every": 3}),  # incompressible rows
+    ("labels", 64, 64, 3, np.uint8, 32, 64, {}),  # palette tiles
+    ("text+noise", 64, 256, 1, np.uint16, 64, 32, {"every": 1}),  # LZ tiles beside kind 10 in one file
+]
+
+
+def _mixed(case):
+    kind, height, width, channels, dtype, tile_width, tile_height, options = case
+    options = dict(options)
+    if "biased" in options:  # a bias of the sample's size, both signs
+        options["bias"] = (np.arange(41) % 7 - 3) * (1 if dtype == np.uint8 else 300)
+    return _file(kind, height, width, channels, dtype, tile_width, tile_height, **options)
+
+
+@pytest.mark.emulator
+def test_a_batch_mixing_kind_1_and_kind_10_tiles_decodes_bit_exactly():
+    files, images = zip(*(_mixed(case) for case in MIXED))
+    batch = l3batch.prepare(list(files))
+    assert batch.ans is not None and len(batch.ans.records) >= len(files)
+    kinds = set()
+    for data in files:
+        parsed = fmt.parse(data)
+        kinds |= set(np.frombuffer(data, np.uint8)[parsed.stream_starts].tolist())
+    assert {fmt.KIND_CODED, fmt.KIND_PALETTE, 10} <= kinds and kinds & {fmt.KIND_LZ, fmt.KIND_LZ_CODED}
+    decoded, status = decode_batch_emulated(list(files))
+    assert status.tolist() == [0] * len(files)
+    for got, image in zip(decoded, images):
+        np.testing.assert_array_equal(got, image)
+
+
+@pytest.mark.emulator
+def test_crops_decode_only_their_tiles():
+    files, images = zip(*(_mixed(case) for case in MIXED[:4]))
+    regions = [(5, 60, 40, 30), (250, 3, 50, 35), (31, 33, 2, 2), (0, 70, 40, 30)]
+    batch = l3batch.prepare(list(files), regions)
+    assert len(batch.ans.records) < sum(len(_mixed_streams(data)) for data in files)
+    decoded, status = decode_batch_emulated(list(files), regions)
+    assert status.tolist() == [0] * len(files)
+    for got, image, (y, x, h, w) in zip(decoded, images, regions):
+        np.testing.assert_array_equal(got, image[y:y + h, x:x + w])
+
+
+def _mixed_streams(data):
+    parsed = fmt.parse(data)
+    buf = np.frombuffer(data, np.uint8)
+    return [s for s in range(len(parsed.stream_starts)) if buf[parsed.stream_starts[s]] == 10]
