@@ -11,7 +11,9 @@ compact: block (32, channels). Lane r decodes row r of channel y as a wavefront:
 pixel (r, c) at step r + c, after lane r - 1 wrote (r - 1, c) into shared memory
 at the previous step. A kind-10 (compact v2, rANS) stream's lane carries its row's
 rANS state and reads the slot tables and token info that the table stage (ans_table_blocks, a warp
-per stream, before the decode) built in the stream's table block. fast: FAST_THREADS threads, a column each (striding). Per row, thread 0
+per stream, before the decode) built in the stream's table block.
+
+fast: FAST_THREADS threads, a column each (striding). Per row, thread 0
 reads the headers into shared group tables; then every column's mapped residual is read in
 parallel (a Rice quotient by popcounts over its group's unary part) and the row is predicted
 in fast.PHASES passes, a barrier after each.
@@ -37,10 +39,24 @@ import numpy as np
 from numba import config, cuda
 
 import l3codec
-from l3codec import ans, ans_stage, batch, bitio, colour, compact, fast, huffman, lz, lz4block, lz_stage
-from l3codec import streams
+from l3codec import (
+    ans,
+    ans_stage,
+    ans_stream,
+    batch,
+    bitio,
+    colour,
+    compact,
+    fast,
+    huffman,
+    lz,
+    lz4block,
+    lz_stage,
+    streams,
+)
 from l3codec import format as fmt
 from l3codec.ans_stage import (  # a kind-10 stream's table block (the table stage's output)
+    BLOCK_ALPHABETS,
     BLOCK_BIAS,
     BLOCK_END,
     BLOCK_END_STATUS,
@@ -56,8 +72,8 @@ from . import cuda_c
 
 _dev = compile_device_functions([bitio, colour, lz4block, huffman, lz, streams, compact, fast],
                                 cuda.jit(device=True, inline="always"))
-# compact v2's row functions on their own: ans.read_tables is not huffman's
-_ans = compile_device_functions([bitio, compact, ans], cuda.jit(device=True, inline="always"))
+# compact v2's stream and row functions on their own: ans.read_tables is not huffman's
+_ans = compile_device_functions([bitio, compact, ans, ans_stream], cuda.jit(device=True, inline="always"))
 expand_lz_stream = _dev.expand_lz_stream
 LZ_TABLES, LZ_TABLE_SIZE = huffman.TABLES, huffman.TABLE_SIZE
 pixel_offset = _dev.pixel_offset
@@ -68,6 +84,8 @@ row_state_init = _dev.row_state_init
 decode_sample = _dev.decode_sample
 uncoded_sample = _dev.uncoded_sample
 plane_stream_status = _dev.plane_stream_status
+open_stream = _dev.open_stream
+uncoded_stream_status = _dev.uncoded_stream_status
 palette_sample = _dev.palette_sample
 compact_stream_layout = _dev.compact_stream_layout
 compact_row_length = _dev.compact_row_length
@@ -82,7 +100,10 @@ groups_per_row = _dev.groups_per_row
 predict_between = _dev.predict_between
 unzigzag = _dev.unzigzag
 read_ans_tables = _ans.read_tables
-build_slot_table = _ans.build_slot_table
+ans_stream_header = _ans.ans_stream_header
+read_bias_table = _ans.read_bias_table
+ans_rows_start = _ans.ans_rows_start
+ans_row_length = _ans.ans_row_length
 open_row_stream = _ans.open_row_stream
 slot_step = _ans.slot_step
 refill = _ans.refill
@@ -161,17 +182,17 @@ PERIOD = fast.PERIOD
 # (build_ans_tables, after the LZ expansion) turns each kind-10 stream into a table block in the scratch area
 # (l3codec/ans_stage.py: the checks before the rows, the row and length positions, the bias values, token
 # info and slot tables), where the stage's stream tables point decode_compact's lanes.
-KIND_CODED_ANS = ans_stage.KIND_CODED_ANS
-ANS_HEADER_BYTES = ans_stage.ANS_HEADER_BYTES
+KIND_CODED_ANS = fmt.KIND_CODED_ANS
+ANS_HEADER_BYTES = ans_stream.ANS_HEADER_BYTES
 ANS_CONTEXTS = ans.ANS_CONTEXTS
 ANS_TOKEN_COLUMNS = ans_stage.ANS_TOKEN_COLUMNS
-ANS_MAX_TOKENS = ans.token_count(16)
+ANS_MAX_TOKENS = ans_stream.ANS_MAX_TOKENS
 ANS_CONTEXT_OF_ACTIVITY = ans.ANS_CONTEXT_OF_ACTIVITY
 GRADIENT_CONTEXTS = ans.GRADIENT_CONTEXTS
 NO_TOKEN = ans.NO_TOKEN
 ANS_OK = ans.ANS_OK
-# a header or table fault; the status the CPU engineer settles in format.py (issue #39 decision 5)
-STATUS_BAD_TABLE = getattr(fmt, "STATUS_BAD_TABLE", fmt.STATUS_BAD_HEADER)
+ANS_TABLE_FAULT_STATUS = fmt.ANS_TABLE_FAULT_STATUS  # a bias table or table set refused or cut short
+ANS_ROW_FAULT_STATUS = fmt.ANS_ROW_FAULT_STATUS  # a row not decoding to exactly its bytes
 # columns of the int64 view of the stage's records (ans_stage.TABLE_STAGE_DTYPE)
 _RECORD = {name: i for i, name in enumerate(ans_stage.TABLE_STAGE_DTYPE.names)}
 R_SOURCE, R_SOURCE_END, R_PREFIX_START = _RECORD["source"], _RECORD["source_end"], _RECORD["prefix_start"]
@@ -355,53 +376,40 @@ def read_signed(data, pos, count):
 
 
 @cuda.jit(device=True, inline="always")
-def ans_stream_header(data, start, end, bits):
-    """A kind-10 stream's header: (status, precision, biased, row-length bits, bit position of its table
-    set). The bias table, when biased, lies between the header and the table set."""
-    if end - start < ANS_HEADER_BYTES:
-        return STATUS_BAD_SIZE, 0, 0, 0, 0
-    flags = np.int64(data[start + 1])
-    precision = np.int64(data[start + 2])
-    length_bits = np.int64(data[start + 3])
-    if flags >> 1 != 0 or not ans.ANS_MIN_PRECISION <= precision <= ans.ANS_MAX_PRECISION or length_bits > 31:
-        return STATUS_BAD_HEADER, 0, 0, 0, 0
-    biased = flags & 1
-    tables = start + ANS_HEADER_BYTES + biased * GRADIENT_CONTEXTS * (bits // 8)
-    if tables > end:
-        return STATUS_BAD_SIZE, 0, 0, 0, 0
-    return STATUS_OK, precision, biased, length_bits, tables * 8
-
-
-@cuda.jit(device=True, inline="always")
-def ans_table_status(ans_status):
-    """The format status of a fault in a kind-10 stream's table set (an alphabet past TOKENS(bits) too)."""
-    return STATUS_OK if ans_status == ANS_OK else STATUS_BAD_TABLE
-
-
-@cuda.jit(device=True, inline="always")
-def stream_table_checks(data, record, freq, alphabets):
-    """One thread's pass over a kind-10 stream before its rows (the CPU decoder's order: header, table
-    set, the row-length table fits; then, for after the rows, whether the row lengths add up to the
-    stream): writes the block's header copy, statuses and positions and bias values, and freq/alphabets.
-    Returns (status, precision)."""
+def stream_table_checks(data, record, bias, freq, alphabets):
+    """One thread's pass over a kind-10 stream before its rows, in the CPU decoder's order
+    (ans_stream.decode_ans_stream: header, bias table and table set, the row-length table's fit; and for
+    after the rows, whether the row lengths add up to the stream): writes the block's header copy,
+    statuses, positions, bias values and alphabets, and bias/freq/alphabets. Returns (status, precision)."""
     source, end, target = record[R_SOURCE], record[R_SOURCE_END], record[R_TARGET]
     bits, rows = record[R_BITS], record[R_ROWS]
     for i in range(ANS_HEADER_BYTES):
         data[target + i] = data[source + i] if source + i < end else 0
-    code, precision, biased, length_bits, table_pos = ans_stream_header(data, source, end, bits)
-    rows_pos = lengths_pos = np.int64(0)
+    for i in range(GRADIENT_CONTEXTS):
+        bias[i] = 0
+    for ctx in range(ANS_CONTEXTS):
+        alphabets[ctx] = 0
+    code, biased, precision, length_bits = ans_stream_header(data, source, end)
+    lengths_pos = rows_pos = np.int64(0)
     if code == STATUS_OK:
-        ans_status, table_end = read_ans_tables(data, table_pos, end * 8, bits, precision, freq, alphabets)
-        code = ans_table_status(ans_status)
-        lengths_pos = (table_end + 7) // 8
-        rows_pos = lengths_pos + (rows * length_bits + 7) // 8
-        if code == STATUS_OK and rows_pos > end:
-            code = STATUS_BAD_SIZE  # the row-length table does not fit
+        pos = source + ANS_HEADER_BYTES
+        if biased:
+            pos = read_bias_table(data, pos, end, bits, bias)
+        if pos < 0:
+            code = ANS_TABLE_FAULT_STATUS
+        else:
+            ans_status, table_end = read_ans_tables(data, pos * 8, end * 8, bits, precision, freq, alphabets)
+            code = STATUS_OK if ans_status == ANS_OK else ANS_TABLE_FAULT_STATUS
+            lengths_pos = (table_end + 7) >> 3
+    if code == STATUS_OK:
+        rows_pos = ans_rows_start(lengths_pos, end, rows, length_bits)
+        if rows_pos < 0:
+            code = STATUS_BAD_SIZE  # the row-length table passes the stream's end
     end_status = STATUS_OK
     if code == STATUS_OK:
         total = rows_pos
         for row in range(rows):
-            total += read_bits(data, lengths_pos * 8 + row * length_bits, length_bits)
+            total += ans_row_length(data, lengths_pos, length_bits, row)
         end_status = STATUS_OK if total == end else STATUS_BAD_SIZE
     write_le(data, target + BLOCK_STATUS, code, 4)
     write_le(data, target + BLOCK_ROWS, rows_pos, 8)
@@ -409,10 +417,9 @@ def stream_table_checks(data, record, freq, alphabets):
     write_le(data, target + BLOCK_END, end, 8)
     write_le(data, target + BLOCK_END_STATUS, end_status, 4)
     for index in range(GRADIENT_CONTEXTS):
-        value = np.int64(0)
-        if code == STATUS_OK and biased:
-            value = read_signed(data, source + ANS_HEADER_BYTES + index * (bits // 8), bits // 8)
-        write_le(data, target + BLOCK_BIAS + 4 * index, value, 4)
+        write_le(data, target + BLOCK_BIAS + 4 * index, bias[index], 4)
+    for ctx in range(ANS_CONTEXTS):
+        data[target + BLOCK_ALPHABETS + ctx] = alphabets[ctx]
     return code, precision
 
 
@@ -421,7 +428,9 @@ def stream_table_checks(data, record, freq, alphabets):
 def ans_table_blocks(data, records):
     """A warp per kind-10 stream (records: the stage's, ans_stage.TABLE_STAGE_DTYPE): its palette prefix
     copied before its block, then lane 0's stream_table_checks, then the token info and slot tables
-    (ans.build_slot_table's, laid out as the block's) by all lanes, a token per lane at a time."""
+    (ans.build_slot_table's, laid out as the block's) by all lanes, a token per lane at a time. (The
+    checks leave nothing for build_slot_table to refuse: read_tables caps alphabets and sums.)"""
+    bias = cuda.shared.array(GRADIENT_CONTEXTS, dtype=np.int64)
     freq = cuda.shared.array((ANS_CONTEXTS, ANS_MAX_TOKENS), dtype=np.int64)
     alphabets = cuda.shared.array(ANS_CONTEXTS, dtype=np.int64)
     outcome = cuda.shared.array(2, dtype=np.int64)  # lane 0's status and precision
@@ -432,7 +441,7 @@ def ans_table_blocks(data, records):
     for i in range(lane, prefix, WARP):
         data[target - prefix + i] = data[record[R_PREFIX_START] + i]
     if lane == 0:
-        outcome[0], outcome[1] = stream_table_checks(data, record, freq, alphabets)
+        outcome[0], outcome[1] = stream_table_checks(data, record, bias, freq, alphabets)
     cuda.syncthreads()
     if outcome[0] != STATUS_OK:
         return  # the band kernel reads no tables of a failed stream
@@ -546,8 +555,11 @@ def decode_compact(data, stream_starts, stream_ends, items, tasks, out, status):
     if active:
         stream = stream_id(items, tasks, task, item, channel)
         end = stream_ends[stream]
-        code, start, colours = plane_stream_status(data, stream_starts[stream], end, channel,
-                                                   stream_starts[stream - channel], channels, bits // 8, tile_h * w)
+        code, start, colours = open_stream(data, stream_starts[stream], end, channel,
+                                           stream_starts[stream - channel], channels, bits // 8)
+        if code == STATUS_OK and colours != PLANE_MEMBER and data[start] != KIND_CODED_ANS:
+            # plane_stream_status's check; a kind-10 stream's are the table stage's
+            code = uncoded_stream_status(data[start], end - start, bits // 8, tile_h * w)
         if code == STATUS_OK and colours > 0 and lane == 0:
             palette_info[0] = stream_starts[stream]
             palette_info[1] = colours
@@ -573,10 +585,11 @@ def decode_compact(data, stream_starts, stream_ends, items, tasks, out, status):
                     end_code = read_signed(data, start + BLOCK_END_STATUS, 4)
                 for index in range(lane, GRADIENT_CONTEXTS, h):  # the band's h lanes
                     bias_tables[channel, index] = read_signed(data, start + BLOCK_BIAS + 4 * index, 4)
-                ans_status, ans_state, ans_pos = open_row_stream(data, row_start, min(row_end, stream_end))
                 if row_end > stream_end:
-                    ans_status = ans.ANS_ENDS_EARLY  # a row stream past its stream's end
-                ans_coded = True
+                    code = STATUS_BAD_SIZE  # a row past the stream's end, in row order as the CPU's
+                else:
+                    ans_status, ans_state, ans_pos = open_row_stream(data, row_start, row_end)
+                    ans_coded = True
         elif kind != KIND_CODED:
             raw_start = start
             raw_kind = kind
@@ -644,7 +657,7 @@ def decode_compact(data, stream_starts, stream_ends, items, tasks, out, status):
         if ans_status == ANS_OK:
             ans_status = row_stream_end(ans_state, ans_pos, row_end)
         if ans_status != ANS_OK:
-            code = STATUS_CORRUPT  # a row not decoding to exactly its bytes, as kind 1's
+            code = ANS_ROW_FAULT_STATUS
     # the band's status, as the CPU decoder's: the first failing row, else (the last band) the end-of-stream check
     if active:
         row_codes[channel, lane] = code

@@ -1,10 +1,11 @@
 """Kind-10 (compact v2) test cases shared by the simulator script and its tests: batches mixing kind-1 and
-kind-10 tile-channels, and faults in kind-10 streams (tests/ans_streams.py frames the streams)."""
+kind-10 tile-channels, and faults in kind-10 streams (tests/kind10_files.py frames the streams)."""
 
 import numpy as np
-
-from ans_streams import kind10_layout, with_kind10_streams
 from images import make_image
+from kind10_files import kind10_layout, with_kind10_streams
+
+from l3codec import ans_cpu
 from l3codec import format as fmt
 
 # (kind, height, width, channels, dtype, tile_width, tile_height, which streams are kind 10, bias table)
@@ -46,6 +47,8 @@ def row_at(stream, rows, row):
 # damage to a kind-10 stream (index, stream bytes, tile rows) -> bytes, in the order the checks meet it
 FAULTS = {
     "header cut short": lambda i, s, rows: s[:3],
+    "bias table cut short": lambda i, s, rows: edited(s, 1, 1)[:4 + 20],
+    "bias flag on an unbiased stream": lambda i, s, rows: edited(s, 1, 1),
     "flags bit 1 set": lambda i, s, rows: edited(s, 1, s[1] | 2),
     "precision 5": lambda i, s, rows: edited(s, 2, 5),
     "precision 13": lambda i, s, rows: edited(s, 2, 13),
@@ -56,10 +59,16 @@ FAULTS = {
     "row-length table cut short": lambda i, s, rows: s[:kind10_layout(s, 8, rows)["lengths"] + 1],
     "bytes after the last row": lambda i, s, rows: s + b"\0\0",
     "last row stream one byte short": lambda i, s, rows: s[:-1],
-    "row 3 damaged": lambda i, s, rows: edited(s, row_at(s, rows, 3), s[row_at(s, rows, 3)] ^ 0x5A),
-    "second band's row 34 damaged": lambda i, s, rows: edited(s, row_at(s, rows, 34), s[row_at(s, rows, 34)] ^ 0x5A),
+    "row 3 damaged": lambda i, s, rows: flipped_row(s, rows, 3),
+    "second band's row 34 damaged": lambda i, s, rows: flipped_row(s, rows, 34),
     "row 2 and 3 lengths swapped": lambda i, s, rows: swapped_rows(s, rows, 2),
 }
+
+
+def flipped_row(stream, rows, row):
+    """Four bits of row `row`'s first byte (its final state's low byte) flipped."""
+    at = row_at(stream, rows, row)
+    return edited(stream, at, stream[at] ^ 0x5A)
 
 
 def swapped_rows(stream, rows, row):
@@ -71,12 +80,30 @@ def swapped_rows(stream, rows, row):
     return stream[:a] + stream[b:c] + stream[a:b] + stream[c:]
 
 
-def fault_files():
-    """{fault name: a 1-channel 8-bit file of one tile of two bands, every stream kind 10 (unbiased, so the
-    table set starts at byte 4), that fault in it}."""
-    image = make_image("smooth_noise", 40, 16, 1, np.uint8, 11)
-    return {name: with_kind10_streams(image, 16, 64, CHOICES["all"], damage=damage, bias="off")
-            for name, damage in FAULTS.items()}
+FAULT_TILE = (40, 16)  # one 8-bit 1-channel tile of two bands
+
+
+def fault_files() -> dict:
+    """{fault name: (a file of one FAULT_TILE tile, a kind-10 stream (unbiased, so its table set starts at
+    byte 4) with that fault, the damaged stream)}."""
+    image = make_image("smooth_noise", *FAULT_TILE, 1, np.uint8, 11)
+    files = {}
+    for name, damage in FAULTS.items():
+        damaged = []
+
+        def keep(index, stream, rows, damage=damage, damaged=damaged):
+            damaged.append(damage(index, stream, rows))
+            return damaged[-1]
+
+        data = with_kind10_streams(image, FAULT_TILE[1], 64, CHOICES["all"], damage=keep, bias="off")
+        (stream,) = damaged
+        files[name] = (data, stream)
+    return files
+
+
+def cpu_stream_status(stream: bytes) -> int:
+    """The CPU decoder's status of a FAULT_TILE kind-10 stream (ans_cpu.decode_stream)."""
+    return ans_cpu.decode_stream(stream, *FAULT_TILE, 8)[1]
 
 
 def fast_file_with_kind10() -> bytes:
