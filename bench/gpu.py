@@ -213,7 +213,7 @@ def emulate_frames(frames: list, mode: str, **counters) -> tuple:
 
     samples = compressed = 0
     for frame in frames:
-        data = l3codec.encode(frame, mode=mode)
+        data = ENCODERS[mode](frame)
         (image,), status = decode_batch_emulated([data], **counters)
         if status.any() or not np.array_equal(image.reshape(frame.shape), frame):
             raise SystemExit(f"emulated {mode} decode is not exact")
@@ -410,9 +410,33 @@ def sass_report(out) -> dict:
 
 _OBJDUMP_FUNCTION = re.compile(r"^[0-9a-f]+ <(.+)>:$")
 _OBJDUMP_INSTRUCTION = re.compile(r"^\s+([0-9a-f]+):\s+(.*)$")
-MODE_KERNELS = {"compact": ("l3_decode_compact", "compact.cu"), "fast": ("l3_decode_fast", "fast.cu")}
-# the LZ streams' expansion, which runs before either mode's decode (kernels/lz.cu), priced alike
-KERNELS = {**MODE_KERNELS, "expansion": ("l3_expand_lz", "lz.cu")}
+MODE_KERNELS = {"compact": ("l3_decode_compact", "compact.cu"), "fast": ("l3_decode_fast", "fast.cu"),
+                "compact kind 10": ("l3_decode_compact", "compact.cu")}
+# the LZ streams' expansion, which runs before either mode's decode (kernels/lz.cu), and the kind-10 streams'
+# table stage (kernels/ans.cu), priced alike
+KERNELS = {**MODE_KERNELS, "expansion": ("l3_expand_lz", "lz.cu"),
+           "tables": ("l3_build_ans_tables", "ans.cu")}
+_KERNEL_SOURCES = ("compact.cu", "fast.cu", "lz.cu", "ans.cu", "l3_common.cuh", "ans.cuh")
+
+
+KIND10_TILE = (512, 256)  # tables per 256-row tile: the measured design point (results/compact-v2-model.md)
+
+
+def encode_kind10(frame) -> bytes:
+    """frame in compact mode, 512x256 tiles, with every tile-channel the encoder codes (kinds 0-2) rewritten
+    as format 10's kind 10 by the reference encoder (ans_cpu.encode_stream, through tests/ans_streams.py):
+    encode() does not write kind 10 yet."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from ans_streams import with_ans_streams
+
+    data = l3codec.encode(frame, mode="compact", tile_width=KIND10_TILE[0], tile_height=KIND10_TILE[1])
+    return with_ans_streams(data, set(range(len(fmt.parse(data).stream_starts))))
+
+
+# how each row of the per-sample table encodes its frames
+ENCODERS = {"compact": lambda frame: l3codec.encode(frame, mode="compact"),
+            "fast": lambda frame: l3codec.encode(frame, mode="fast"),
+            "compact kind 10": encode_kind10}
 
 
 def host_blocks(library_path: str) -> dict:
@@ -460,9 +484,9 @@ def host_blocks(library_path: str) -> dict:
             file, _, number = place.rpartition(":")
             chain.append((name, pathlib.Path(file).name, int(number) if number.isdigit() else 0))
             index += 2
-        if not chain or chain[0][1] not in ("compact.cu", "fast.cu", "lz.cu", "l3_common.cuh"):
+        if not chain or chain[0][1] not in _KERNEL_SOURCES:
             continue
-        mode = next((m for m, (kernel, source) in KERNELS.items()
+        mode = next((m for m, (kernel, source) in KERNELS.items()  # a kernel's first row: "compact" for both
                      if chain[-1][0] == kernel or chain[-1][1] == source), None)
         if mode is None:
             continue
@@ -478,6 +502,9 @@ def host_blocks(library_path: str) -> dict:
                 total = sum(per_block.values())
                 for block, n in per_block.items():
                     keys[mode].setdefault(block, []).append((key, n / total))
+    for mode, (kernel, _) in KERNELS.items():  # rows sharing a kernel share its blocks
+        first = next(m for m, (k, _) in KERNELS.items() if k == kernel)
+        keys[mode], copies[mode] = keys[first], copies[first]
     return keys, {mode: {key: len(c) for key, c in by_key.items()} for mode, by_key in copies.items()}
 
 
@@ -506,7 +533,10 @@ def sass_per_sample_report(frames: list, sass_lines: dict, out) -> dict:
           "(peeled or unswitched loops): every copy is priced as if it ran. Unmatched SASS (lines g++ "
           "inlines differently) is left out, and so are the blocks a BRA.DIV jumps to (a shuffle's path "
           "for a diverged warp; the emulation's shuffles wait for every lane) and compiler subroutines "
-          "without line information. Write-out: the lines of write_tile_sectors and what it inlines.\n", file=out)
+          "without line information. Write-out: the lines of write_tile_sectors and what it inlines. The LZ "
+          "expansion column holds the kind-10 table stage (kernels/ans.cu) too. Kind 10: the compact frames "
+          "in 512x256 tiles, every coded tile-channel rewritten as kind 10 by the reference encoder.\n", file=out)
+    # the "LZ expansion" column holds the kind-10 table stage too (gpu_check_kernels reads it by this name)
     print("| mode | frames | warp-instructions per sample | of which write-out | LZ expansion (its kernel) "
           "| SASS not matched to a line the emulation ran | top source lines (instructions per sample) |", file=out)
     print("|---|---|---|---|---|---|---|", file=out)
@@ -526,14 +556,16 @@ def sass_per_sample_report(frames: list, sass_lines: dict, out) -> dict:
 
         cost, sass = priced(mode)
         expansion_cost = priced("expansion")[0]
-        expansion = sum(expansion_cost.values()) / samples
+        tables_cost = priced("tables")[0]  # the kind-10 table stage, counted with the expansion
+        expansion = (sum(expansion_cost.values()) + sum(tables_cost.values())) / samples
         unmatched = sum(n for key, n in sass.items() if key not in copies[mode])
         write_out = sum(c for key, c in cost.items() if _in_write_out(key))
         top = sorted(cost.items(), key=lambda item: -item[1])[:5]
         described = ", ".join(" < ".join(f"{name}:{number}" for name, number in k[:2]) + f" {c / samples:.2f}"
                               for k, c in top)
         if os.environ.get("L3_SASS_LINES"):  # every priced line, for a closer look
-            for label, lines in ((mode, cost), (f"{mode} expansion", expansion_cost)):
+            for label, lines in ((mode, cost), (f"{mode} expansion", expansion_cost),
+                                 (f"{mode} tables", tables_cost)):
                 for key, c in sorted(lines.items(), key=lambda item: -item[1]):
                     print(label, " < ".join(f"{name}:{number}" for name, number in key[:3]), f"{c / samples:.3f}",
                           file=sys.stderr)

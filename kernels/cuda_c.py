@@ -107,8 +107,6 @@ def kernel_constants() -> dict:
         from_module(ans_stage, [name for name in vars(ans_stage) if name.startswith("BLOCK_")], "ANS_"),
         from_module(ans_stage, ("ANS_HEADER_BYTES", "ANS_TOKEN_COLUMNS", "ANS_SHORT_STATUS",
                                 "ANS_TABLE_STATUS", "ANS_ROW_SIZE_STATUS", "ANS_ROW_STATUS")),
-        # format 10's kind, until format.py names it (wip/v10-cpu)
-        {} if hasattr(fmt, "KIND_CODED_ANS") else from_module(ans_stage, ("KIND_CODED_ANS",)),
     ]
     constants = {}
     for group in groups:  # one C name, one source: a second would silently win in a dict merge

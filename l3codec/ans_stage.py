@@ -45,21 +45,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import ans
+from . import ans, ans_stream
 from . import format as fmt
 from .regions import region_streams
 
-# format 10's compact coded stream (issue #39, decision 1); format.py defines it on wip/v10-cpu
-KIND_CODED_ANS = getattr(fmt, "KIND_CODED_ANS", 10)
-ANS_HEADER_BYTES = 4  # kind, flags, P, L
+KIND_CODED_ANS = fmt.KIND_CODED_ANS
+ANS_HEADER_BYTES = ans_stream.ANS_HEADER_BYTES  # kind, flags, P, L
 # The statuses a kind-10 stream fails with (docs/FORMAT.md §8; the CPU decoder's, every backend reports the
-# same): a stream too short for its header; a bias table or table set refused or cut short; a row whose
-# bytes lie past the stream; a row that does not decode to exactly its bytes (ans.ANS_BAD_STATE,
+# same, ans_stream.py): a stream too short for its header; a bias table or table set refused or cut short;
+# a row whose bytes lie past the stream; a row that does not decode to exactly its bytes (ans.ANS_BAD_STATE,
 # ANS_BAD_TOKEN in a row, ANS_ENDS_EARLY, ANS_ENDS_LATE).
 ANS_SHORT_STATUS = fmt.STATUS_BAD_SIZE
-ANS_TABLE_STATUS = getattr(fmt, "STATUS_BAD_TABLE", fmt.STATUS_BAD_HEADER)
+ANS_TABLE_STATUS = fmt.ANS_TABLE_FAULT_STATUS
 ANS_ROW_SIZE_STATUS = fmt.STATUS_BAD_SIZE
-ANS_ROW_STATUS = fmt.STATUS_CORRUPT
+ANS_ROW_STATUS = fmt.ANS_ROW_FAULT_STATUS
 ANS_TOKEN_COLUMNS = ans.NO_TOKEN + 1  # token_info's columns: every token a slot byte can name
 BLOCK_STATUS = 4
 BLOCK_ROWS = 8

@@ -1,9 +1,13 @@
-"""Kind-10 streams for the kernel tests, built from l3codec/ans.py's row functions (the stream layout of
-issue #39's decision 4), and files whose chosen tile-channels are such streams."""
+"""Kind-10 streams for the kernel tests: files whose chosen tile-channels are kind 10 (the reference
+encoder's, ans_cpu.encode_stream, or with a bias table given here, ans_stream_parts': built from ans.py's
+row functions in issue #39's decision-4 layout), and the reference decoder's statuses and pixels of such
+files (ans_cpu.decode_stream for the kind-10 streams, which the CPU decoder does not read yet, the CPU
+decoder for the rest)."""
 
 import numpy as np
 
-from l3codec import ans, compact
+from corruption import cpu_stream_statuses
+from l3codec import ans, ans_cpu
 from l3codec import format as fmt
 from l3codec.bitio import bit_length, put_bits, writer_flush, writer_init
 
@@ -12,6 +16,11 @@ KIND = 10
 
 def ans_stream(plane, bits, precision=11, biased=False, bias=None):
     """The kind-10 stream of one tile-channel plane (h x w)."""
+    return b"".join(ans_stream_parts(plane, bits, precision, biased, bias))
+
+
+def ans_stream_parts(plane, bits, precision=11, biased=False, bias=None):
+    """(header, bias table and table set; row-length table; row streams) of ans_stream."""
     h, w = plane.shape
     plane = plane.astype(np.int64)
     tokens = np.zeros((h, w), np.int64)
@@ -54,12 +63,13 @@ def ans_stream(plane, bits, precision=11, biased=False, bias=None):
     if biased:
         dtype = np.int8 if bits == 8 else np.dtype("<i2")
         bias_bytes = np.asarray(bias).astype(dtype).tobytes()
-    return bytes([KIND, int(biased), precision, length_bits]) + bias_bytes + tables + lengths + b"".join(rows)
+    return bytes([KIND, int(biased), precision, length_bits]) + bias_bytes + tables, lengths, b"".join(rows)
 
 
-def with_ans_streams(data, chosen, precision=11, biased=False, bias=None):
+def with_ans_streams(data, chosen, precision=11, biased=False, bias=None, mode="choose"):
     """The compact file `data` with the streams in `chosen` that code their own plane (kinds 0-2 outside
-    palette and pixel LZ tiles) replaced by kind-10 streams of the same pixels."""
+    palette and pixel LZ tiles) replaced by kind-10 streams of the same pixels: the reference encoder's
+    (bias `mode`), or with `bias` given, with that bias table (biased) from ans_stream_parts."""
     import l3codec
 
     parsed = fmt.parse(np.frombuffer(data, np.uint8))
@@ -82,10 +92,35 @@ def with_ans_streams(data, chosen, precision=11, biased=False, bias=None):
             ty, tx = divmod(tile, info.tiles_x)
             y0, x0 = ty * info.tile_height, tx * info.tile_width
             tile_plane = planes[channel, y0:y0 + info.tile_height, x0:x0 + info.tile_width]
-            stream = ans_stream(tile_plane, info.bits, precision, biased, bias)
+            if bias is None:
+                stream = ans_cpu.encode_stream(np.ascontiguousarray(tile_plane), precision, mode)
+            else:
+                stream = ans_stream(tile_plane, info.bits, precision, biased, bias)
         streams.append(stream)
     payload = b"".join(streams)
     ends = np.cumsum([len(s) for s in streams])
     return fmt.pack(width=info.width, height=info.height, channels=info.channels, bits=info.bits,
                     mode=fmt.MODES[info.mode], transform=fmt.TRANSFORMS[info.transform], tile_width=info.tile_width,
                     tile_height=info.tile_height, stream_ends=ends, payload=payload)
+
+
+def reference_statuses(data) -> np.ndarray:
+    """Each stream's status as the reference decoders give it: ans_cpu.decode_stream for kind 10, the CPU
+    decoder (corruption.cpu_stream_statuses) for the rest."""
+    parsed = fmt.parse(data)
+    info = parsed.info
+    status = cpu_stream_statuses(data)
+    buf = np.frombuffer(data, np.uint8)
+    for stream, (start, end) in enumerate(zip(parsed.stream_starts, parsed.stream_ends)):
+        tile, channel = divmod(stream, info.channels)
+        member_tile = buf[parsed.stream_starts[stream - channel]] in (
+            fmt.KIND_PALETTE, fmt.KIND_PIXEL_LZ, fmt.KIND_PIXEL_LZ_CODED)
+        if buf[start] == KIND and fmt.MODES[info.mode] == fmt.MODE_COMPACT and not (channel and member_tile):
+            rows, columns = info.tile_rows(tile // info.tiles_x), info.tile_columns(tile % info.tiles_x)
+            status[stream] = ans_cpu.decode_stream(buf[start:end], int(rows), int(columns), info.bits)[1]
+    return status
+
+
+def first_reference_status(data) -> int:
+    """The reference status of the file's first failing stream, or 0 (corruption.first_cpu_status's)."""
+    return ([c for c in reference_statuses(data).tolist() if c] or [0])[0]

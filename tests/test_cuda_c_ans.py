@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 
 import l3codec
-from ans_streams import with_ans_streams
+from ans_streams import ans_stream_parts, first_reference_status, with_ans_streams
+from corruption import reseal, single_stream_file
+from l3codec import ans_cpu
 from images import make_image
 from l3codec import batch as l3batch
 from l3codec import format as fmt
@@ -84,3 +86,73 @@ def _mixed_streams(data):
     parsed = fmt.parse(data)
     buf = np.frombuffer(data, np.uint8)
     return [s for s in range(len(parsed.stream_starts)) if buf[parsed.stream_starts[s]] == 10]
+
+
+
+def _hand_made_cases() -> dict:
+    """{name: file}: kind-10 streams with one fault each in the header, the tables, the row-length table,
+    a row or the size, on a 40-row tile (two bands) of smooth noise; and two valid ones."""
+    plane = make_image("smooth_noise", 40, 32, 1, np.uint8, 3)
+    head, lengths, rows = ans_stream_parts(plane, 8, biased=True, bias=np.arange(41) % 5 - 2)
+    good = head + lengths + rows
+    tables = 4 + 41  # kind, flags, P, L, then the 8-bit bias table: the table set follows
+
+    def changed(at, value):
+        stream = bytearray(good)
+        stream[at] = value
+        return bytes(stream)
+
+    middle = len(head) + len(lengths) + len(rows) // 2
+    cases = {
+        "valid": good,
+        "flat rows": b"".join(ans_stream_parts(np.full((40, 32), 77, np.uint8), 8)),
+        "flags bit 1": changed(1, 3),
+        "P 5": changed(2, 5),
+        "P 13": changed(2, 13),
+        "L 32": changed(3, 32),
+        "alphabet past the tokens": changed(tables, 25),
+        "a frequency changed": changed(tables + 1, good[tables + 1] ^ 0x10),
+        "cut in the header": good[:3],
+        "cut in the bias table": good[:20],
+        "cut in the tables": good[:tables + 3],
+        "cut in the row lengths": head + lengths[:2],
+        "a row's byte changed": changed(middle, good[middle] ^ 0x01),
+        "the last byte changed": changed(len(good) - 1, good[-1] ^ 0x80),
+        "a byte after the rows": good + b"\0",
+        "the last byte cut": good[:-1],
+    }
+    return {name: single_stream_file(stream, fmt.MODE_COMPACT, 40, width=32) for name, stream in cases.items()}
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize("order", ["forward", "shuffled"])
+def test_hand_made_kind_10_faults_give_the_cpu_decoders_status(order):
+    cases = _hand_made_cases()
+    images, status = decode_batch_emulated(list(cases.values()), order=order, seed=2)
+    for (name, data), got, image in zip(cases.items(), status.tolist(), images):
+        assert got == first_reference_status(data), name
+        if got == fmt.STATUS_OK:
+            stream = data[fmt.parse(data).payload_offset:]
+            np.testing.assert_array_equal(image, ans_cpu.decode_stream(stream, 40, 32, 8)[0], err_msg=name)
+    assert status.tolist()[:2] == [0, 0] and len(set(status.tolist())) >= 3
+
+
+@pytest.mark.emulator
+def test_fuzzed_kind_10_streams_give_the_cpu_decoders_status():
+    """Random bit flips in the kind-10 streams of a two-channel 16-bit file (bias, two bands, a partial
+    tile), checksums resealed: every item's status is the CPU decoder's first failing stream's."""
+    data, _ = _file("smooth_noise", 70, 40, 2, np.uint16, 32, 64, every=1, biased=True,
+                    bias=(np.arange(41) - 20) * 40)
+    parsed = fmt.parse(data)
+    rng = np.random.default_rng(10)
+    damaged = []
+    for _ in range(40):
+        stream = int(rng.integers(len(parsed.stream_starts)))
+        start, end = int(parsed.stream_starts[stream]), int(parsed.stream_ends[stream])
+        bad = bytearray(data)
+        for _ in range(int(rng.integers(1, 4))):
+            bad[int(rng.integers(start, end))] ^= 1 << int(rng.integers(8))
+        damaged.append(reseal(bytes(bad)))
+    _, status = decode_batch_emulated(damaged, order="reversed")
+    assert status.tolist() == [first_reference_status(item) for item in damaged]
+    assert len(set(status.tolist())) >= 2
