@@ -2,6 +2,7 @@
 kind-10 tile-channels, and faults in kind-10 streams (tests/kind10_files.py frames the streams)."""
 
 import numpy as np
+from corruption import reseal
 from images import make_image
 from kind10_files import kind10_layout, with_kind10_streams
 
@@ -110,3 +111,21 @@ def fast_file_with_kind10() -> bytes:
     """A fast file one of whose streams is kind 10 (compact mode's only: STATUS_BAD_KIND)."""
     image = make_image("smooth_noise", 9, 20, 1, np.uint8, 5)
     return with_kind10_streams(image, 16, 8, lambda index, kind: index == 1, mode="fast")
+
+
+def fuzzed_files(count: int = 12, seed: int = 10) -> list:
+    """Files of a two-channel 16-bit image (two bands, a partial tile) whose streams are all kind 10 with a
+    bias table, each with 1-3 random bit flips in one kind-10 stream, checksums resealed."""
+    image = make_image("smooth_noise", 40, 20, 2, np.uint16, 7)
+    data = with_kind10_streams(image, 16, 64, CHOICES["all"], bias="on")
+    parsed = fmt.parse(np.frombuffer(data, np.uint8))
+    rng = np.random.default_rng(seed)
+    damaged = []
+    for _ in range(count):
+        stream = int(rng.integers(len(parsed.stream_starts)))
+        start, end = int(parsed.stream_starts[stream]), int(parsed.stream_ends[stream])
+        bad = bytearray(data)
+        for _ in range(int(rng.integers(1, 4))):
+            bad[int(rng.integers(start, end))] ^= 1 << int(rng.integers(8))
+        damaged.append(reseal(bytes(bad)))
+    return damaged

@@ -13,7 +13,7 @@ assert os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 sys.path.insert(0, os.path.dirname(__file__))
 
 import numpy as np
-from ans_cases import fast_file_with_kind10, fault_files, mixed_images
+from ans_cases import fast_file_with_kind10, fault_files, fuzzed_files, mixed_images
 from gpu_cases import crop_regions
 
 import l3codec
@@ -66,6 +66,7 @@ def main():
     results["fault statuses, tasks reversed"] = {name: batch_status(data, reverse_tasks=True)
                                                  for name, (data, _) in files.items()}
     results["fast file with a kind-10 stream"] = batch_status(fast_file_with_kind10())
+    results["fuzzed statuses"] = [batch_status(data, reverse_tasks=True) for data in fuzzed_files()]
     print(json.dumps(results))
 
 

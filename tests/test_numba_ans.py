@@ -11,6 +11,7 @@ import sys
 import ans_cases
 import numpy as np
 import pytest
+from ans_streams import first_reference_status
 from corruption import first_cpu_status
 
 from l3codec.format import STATUS_BAD_HEADER, STATUS_BAD_KIND, STATUS_BAD_SIZE, STATUS_CORRUPT
@@ -61,3 +62,12 @@ def test_simulated_kind_10_faults_give_the_cpu_decoders_status(simulated):
 def test_simulated_kind_10_in_a_fast_file_is_a_bad_kind(simulated):
     assert simulated["fast file with a kind-10 stream"] == first_cpu_status(ans_cases.fast_file_with_kind10())
     assert simulated["fast file with a kind-10 stream"] == STATUS_BAD_KIND
+
+
+@pytest.mark.emulator
+def test_simulated_fuzzed_kind_10_streams_give_the_cpu_decoders_status(simulated):
+    """Random bit flips in kind-10 streams (ans_cases.fuzzed_files), bands run last first: each item's
+    status is the reference's first failing stream's (tests/ans_streams.first_reference_status)."""
+    expected = [first_reference_status(data) for data in ans_cases.fuzzed_files()]
+    assert simulated["fuzzed statuses"] == expected
+    assert len(set(expected)) >= 2
