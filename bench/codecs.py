@@ -116,6 +116,22 @@ def l3_encoder(mode: str) -> Callable[[np.ndarray], bytes]:
     return lambda a: l3codec.encode(a, mode=mode)
 
 
+def l3_compact_v2_encoder(tile_width: int, tile_height: int, coder: str = "ans") -> Callable[[np.ndarray], bytes]:
+    """compact with coded tiles as kind 10 (format 10's compact v2; coder "smaller": kind 10 or kind 1,
+    whichever is smaller per tile) in the given tiles, through encoder_policy's private switch."""
+    from l3codec import encoder_policy
+
+    def encode(a: np.ndarray) -> bytes:
+        previous = encoder_policy.COMPACT_CODER
+        encoder_policy.COMPACT_CODER = coder
+        try:
+            return l3codec.encode(a, mode="compact", tile_width=tile_width, tile_height=tile_height)
+        finally:
+            encoder_policy.COMPACT_CODER = previous
+
+    return encode
+
+
 def cv2_png_encoder(level: int | None) -> Callable[[np.ndarray], bytes]:
     params = [] if level is None else [cv2.IMWRITE_PNG_COMPRESSION, level]
 
@@ -176,6 +192,10 @@ def build_registry(names: list[str] | None = None) -> list[Codec]:
     entries: list[tuple[Codec, bool, str]] = [
         (Codec("L3 compact", l3_encoder("compact"), l3codec.decode, any_image, True), True, ""),
         (Codec("L3 fast", l3_encoder("fast"), l3codec.decode, any_image, True), True, ""),
+        *[(Codec(f"L3 compact v2, {w}x{h} tiles", l3_compact_v2_encoder(w, h), l3codec.decode, any_image,
+                 note="kind 10 for coded tiles"), True, "") for w, h in ((512, 256), (1024, 256), (512, 32))],
+        (Codec("L3 compact v2 or v1 per tile, 512x256 tiles", l3_compact_v2_encoder(512, 256, "smaller"),
+               l3codec.decode, any_image, note="kind 10 or kind 1, the smaller, per tile"), True, ""),
         (Codec(REFERENCE, cv2_png_encoder(None), cv2_decode, any_image,
                to_native=swap_rb, from_native=swap_rb), True, ""),
         (Codec("PNG, OpenCV level 9", cv2_png_encoder(9), cv2_decode, any_image,

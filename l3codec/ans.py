@@ -1,9 +1,9 @@
-"""compact v2 (issue #39, a draft for format 10; encode() does not write it yet): a static-table rANS coder
-for compact's MED residuals.
+"""compact v2 (issue #39, format 10's stream kind 10): a static-table rANS coder for compact's MED residuals.
 
 Single-source row functions, as compact.py's: plain Python (the reference, and what runs under
 NUMBA_DISABLE_JIT=1) compiled by ans_cpu.py with numba.njit and, later, numba.cuda.jit(device=True).
-docs/compact-v2-draft.md is the bitstream; bench/results/compact-v2-model.md the measurements behind it.
+docs/FORMAT.md §6.5-§6.10 is the bitstream (ans_stream.py frames it); bench/results/compact-v2-model.md the
+measurements behind it.
 
 - A sample's residual (compact's MED prediction and neighbour rules, optionally less a static bias per
   gradient context) is zigzagged to m and split the JPEG XL way into a token and raw low bits

@@ -1,7 +1,7 @@
 """compact v2's coder on the CPU (issue #39 phase 1): ans.py's row functions compiled with numba.njit, and
 plane-level drivers that encode and decode one plane into a CodedPlane. A CodedPlane is phase 1's own
-in-memory container, not a file: the next phase puts its parts into format 10's streams
-(docs/compact-v2-draft.md), which encode() does not write yet.
+in-memory container for measurements, not a file; kind-10 streams (ans_stream.py, docs/FORMAT.md §6.5) are
+encoded and decoded at the end of this module, and by cpu.py's drivers through it.
 
 Encoding takes three passes over a plane, none storing more than a row of symbols: histograms per
 TABLE_GROUP_ROWS rows without the static bias (also summing the residuals the bias table is made of), with
@@ -18,7 +18,7 @@ import numba
 import numpy as np
 from numba.core.registry import CPUDispatcher
 
-from . import ans, ans_stream, bitio, compact
+from . import ans, ans_stream, bitio, compact, streams
 from .ans import (
     ANS_CONTEXT_OF_ACTIVITY,
     ANS_CONTEXTS,
@@ -51,11 +51,13 @@ def _compile_inline(func):
     )
 
 
-_dev = compile_device_functions([bitio, compact, ans, ans_stream], _compile_inline)
+_dev = compile_device_functions([bitio, streams, compact, ans, ans_stream], _compile_inline)
 encode_ans_stream = _dev.encode_ans_stream
 ans_stream_tables = _dev.ans_stream_tables
 ans_rows_start = _dev.ans_rows_start
 decode_ans_rows = _dev.decode_ans_rows
+constant_value = _dev.constant_value
+encode_uncoded = _dev.encode_uncoded
 row_symbols = _dev.row_symbols
 decode_row = _dev.decode_row
 decode_row_pair = _dev.decode_row_pair
@@ -476,6 +478,23 @@ _BIAS_MODES = {"choose": ANS_BIAS_CHOOSE, "off": ANS_BIAS_OFF, "on": ANS_BIAS_ON
 @_cached
 def _encode_stream(tile, bits, precision, bias_mode, out):
     return encode_ans_stream(tile, bits, precision, bias_mode, out, 0, out.shape[0])
+
+
+@_cached
+def encode_tile_stream(tile, bits, out, start, limit):
+    """A compact tile-channel as the codec writes it with kind 10 (cpu.py's drivers call this): a constant
+    stream where the tile is constant, else kind 10 at the reference precision where it is smaller than the
+    raw stream, else raw. Returns its size; out[start:limit] must hold ANS_MAX_PREFIX_BYTES and the raw
+    stream."""
+    constant = constant_value(tile)
+    if constant >= 0:
+        return encode_uncoded(tile, bits, out, start, constant)
+    raw_size = 1 + (bits >> 3) * tile.shape[0] * tile.shape[1]
+    size = encode_ans_stream(tile, bits, ANS_REFERENCE_PRECISION, ANS_BIAS_CHOOSE, out, start,
+                             min(limit, start + ANS_MAX_PREFIX_BYTES + raw_size))
+    if size < 0 or size >= raw_size:
+        return encode_uncoded(tile, bits, out, start, -1)
+    return size
 
 
 def encode_stream(plane: np.ndarray, precision: int = ANS_REFERENCE_PRECISION, bias: str = "choose") -> bytes:

@@ -25,7 +25,8 @@ from numba.core.registry import CPUDispatcher
 from numba.cpython.unsafe.numbers import trailing_zeros as _count_trailing_zeros
 from numba.extending import intrinsic
 
-from . import bitio, colour, compact, fast, first_use, huffman, lz, lz4block, palette, streams
+from . import (ans_cpu, ans_stream, bitio, colour, compact, fast, first_use, huffman, lz, lz4block, palette,
+               streams)
 from . import format as fmt
 from .jit import cached_njit, compile_device_functions
 
@@ -123,6 +124,20 @@ decode_fast_stream = _dev.decode_fast_stream
 smaller_as_lz = _encoders.smaller_as_lz
 pixel_lz_stream = _encoders.pixel_lz_stream
 lz_scratch = _encoders.lz_scratch
+# kind 10 (compact v2), compiled by ans_cpu: every ans function inlined and its decoder without numba's
+# runtime, which a driver here calls once per stream
+encode_ans_tile_stream = ans_cpu.encode_tile_stream
+decode_ans_stream = ans_cpu.decode_stream_into
+_ANS_CONTEXTS = ans_cpu.ANS_CONTEXTS
+_ANS_MAX_TOKENS = ans_cpu.MAX_TOKENS
+_ANS_GRADIENT_CONTEXTS = ans_cpu.GRADIENT_CONTEXTS
+_ANS_SLOTS = 1 << ans_cpu.ans.ANS_MAX_PRECISION
+_ANS_TOKEN_INFO = ans_cpu.ans.NO_TOKEN + 1
+
+# compact's coder for a coded tile (encoder_policy.COMPACT_CODER names them): kind 1 (adaptive Golomb-Rice),
+# kind 10 (static-table rANS), or whichever of the two is smaller, tile by tile
+COMPACT_CODERS = {"rice": 0, "ans": 1, "smaller": 2}
+_CODER_RICE, _CODER_SMALLER = COMPACT_CODERS["rice"], COMPACT_CODERS["smaller"]
 
 
 
@@ -172,7 +187,8 @@ def stream_slot_bytes(tile_width, tile_height, bits):
     """Scratch bytes one stream may use while encoding: the raw fallback plus the largest prefix,
     after room for a palette's table (a palette stream holds its index plane's stream)."""
     palette_bytes = fmt.PALETTE_HEADER_BYTES + fmt.PALETTE_MAX_COLOURS * 4 * (bits // 8)
-    return palette_bytes + compact.MAX_PREFIX_BYTES + 1 + (bits // 8) * tile_width * tile_height + 8
+    prefix_bytes = max(compact.MAX_PREFIX_BYTES, ans_stream.ANS_MAX_PREFIX_BYTES)
+    return palette_bytes + prefix_bytes + 1 + (bits // 8) * tile_width * tile_height + 8
 
 
 # ---------------------------------------------------------------- colour and layout
@@ -295,17 +311,29 @@ def _tile_pixels(planes, tile, grid):
 
 # Each stream in its mode's coding, then as an LZ stream where that is smaller (docs/FORMAT.md §5.2).
 @_cached
-def _encode_compact_streams(planes, grid, bits, out, slot_bytes, sizes, first, stop):
+def _encode_compact_streams(planes, grid, bits, out, slot_bytes, sizes, coder, first, stop):
     raw, block, head, chain = lz_scratch(grid[1], grid[2], bits)
+    rice_out = np.empty(slot_bytes if coder == _CODER_SMALLER else 0, np.uint8)
     for stream in range(first, stop):
         tile = _stream_tile(planes, stream, grid)
         start = stream * slot_bytes
-        sizes[stream] = smaller_as_lz(tile, bits, out, start, encode_compact_stream(tile, bits, out, start),
-                                      raw, block, head, chain, planes.shape[0] == 1, 0)
+        if coder == _CODER_RICE:
+            size = encode_compact_stream(tile, bits, out, start)
+        else:
+            size = encode_ans_tile_stream(tile, bits, out, start, start + slot_bytes)
+            if coder == _CODER_SMALLER and out[start] == fmt.KIND_CODED_ANS:
+                rice_size = encode_compact_stream(tile, bits, rice_out, 0)
+                if rice_size < size:
+                    for i in range(rice_size):  # a loop: a slice assignment took a second to compile
+                        out[start + i] = rice_out[i]
+                    size = rice_size
+        sizes[stream] = smaller_as_lz(tile, bits, out, start, size, raw, block, head, chain, planes.shape[0] == 1,
+                                      0)
 
 
 @_cached
-def _encode_fast_streams(planes, grid, bits, out, slot_bytes, sizes, first, stop):
+def _encode_fast_streams(planes, grid, bits, out, slot_bytes, sizes, coder, first, stop):
+    """(coder: compact's, unused here; the drivers of both modes take the same arguments)"""
     raw, block, head, chain = lz_scratch(grid[1], grid[2], bits)
     one_channel = planes.shape[0] == 1
     gain_percent = 0 if one_channel else lz.FAST_COLOUR_LZ_GAIN_PERCENT
@@ -413,10 +441,19 @@ def _expand_palette(buf, start, colours, planes, stream, grid, bits):
 
 @_cached
 def _decode_compact_streams(buf, starts, ends, stream_ids, planes, grid, bits, status, first, stop):
+    # kind 10's tables, rebuilt for each of its streams
+    bias = np.zeros(_ANS_GRADIENT_CONTEXTS, np.int64)
+    freq = np.zeros((_ANS_CONTEXTS, _ANS_MAX_TOKENS), np.int64)
+    alphabets = np.zeros(_ANS_CONTEXTS, np.int64)
+    slots = np.zeros((_ANS_CONTEXTS, _ANS_SLOTS), np.uint8)
+    token_info = np.zeros((_ANS_CONTEXTS, _ANS_TOKEN_INFO), np.int32)
     for i in range(first, stop):
         stream = stream_ids[i]
         code, start, colours, coded = _open_plane(buf, starts, ends, stream, planes, grid, bits)
-        if coded:
+        if coded and buf[start] == fmt.KIND_CODED_ANS:
+            code = decode_ans_stream(buf, start, ends[stream], _stream_tile(planes, stream, grid), bits, bias,
+                                     freq, alphabets, slots, token_info)
+        elif coded:
             code = decode_compact_stream(buf, start, ends[stream], _stream_tile(planes, stream, grid), bits)
         if code == fmt.STATUS_OK and colours > 0:
             _expand_palette(buf, starts[stream], colours, planes, stream, grid, bits)
@@ -428,7 +465,9 @@ def _decode_fast_streams(buf, starts, ends, stream_ids, planes, grid, bits, stat
     for i in range(first, stop):
         stream = stream_ids[i]
         code, start, colours, coded = _open_plane(buf, starts, ends, stream, planes, grid, bits)
-        if coded:
+        if coded and buf[start] == fmt.KIND_CODED_ANS:  # compact mode's only
+            code = fmt.STATUS_BAD_KIND
+        elif coded:
             code = decode_fast_stream(buf, start, ends[stream], _stream_tile(planes, stream, grid), bits)
         if code == fmt.STATUS_OK and colours > 0:
             _expand_palette(buf, starts[stream], colours, planes, stream, grid, bits)
@@ -464,22 +503,23 @@ _STREAM_DRIVERS = {
 }
 
 
-def encode_streams(planes, mode, tile_width, tile_height, bits, out, slot_bytes, sizes):
+def encode_streams(planes, mode, tile_width, tile_height, bits, out, slot_bytes, sizes, compact_coder="rice"):
     """Encode every tile-channel of CHW planes into out, stream i at i * slot_bytes; sizes[i] = its size.
     A tile of few colours becomes a palette tile where that is smaller (docs/FORMAT.md §5.1), a tile
-    that repeats its pixels a pixel LZ stream (§5.3)."""
+    that repeats its pixels a pixel LZ stream (§5.3). compact_coder: a name in COMPACT_CODERS."""
     grid = ((planes.shape[2] + tile_width - 1) // tile_width, tile_width, tile_height, 0, 0)
     encode = _STREAM_DRIVERS[mode].encode
-    _in_parallel(encode, sizes.shape[0], planes, grid, bits, out, slot_bytes, sizes)
+    coder = COMPACT_CODERS[compact_coder]
+    _in_parallel(encode, sizes.shape[0], planes, grid, bits, out, slot_bytes, sizes, coder)
     channels = planes.shape[0]
     tiles = sizes.shape[0] // channels
     if palette.palette_allowed(channels, bits):
-        _keep_palette_tiles(planes, grid, bits, encode, out, slot_bytes, sizes)
+        _keep_palette_tiles(planes, grid, bits, encode, coder, out, slot_bytes, sizes)
     if channels > 1:
         _in_parallel(_keep_pixel_lz, tiles, planes, grid, bits, out, slot_bytes, sizes)
 
 
-def _keep_palette_tiles(planes, grid, bits, encode, out, slot_bytes, sizes):
+def _keep_palette_tiles(planes, grid, bits, encode, coder, out, slot_bytes, sizes):
     """Palette tiles where they are smaller (docs/FORMAT.md §5.1), the index planes coded by the mode's driver."""
     channels = planes.shape[0]
     tiles = sizes.shape[0] // channels
@@ -490,7 +530,7 @@ def _keep_palette_tiles(planes, grid, bits, encode, out, slot_bytes, sizes):
     index_sizes = np.zeros(tiles if counts.any() else 0, np.int64)
     index_out = np.empty(index_sizes.shape[0] * slot_bytes, np.uint8)
     if index_sizes.shape[0]:  # the index image in the same array type as planes: the same compiled driver
-        _in_parallel(encode, tiles, fmt.readonly(indices), grid, bits, index_out, slot_bytes, index_sizes)
+        _in_parallel(encode, tiles, fmt.readonly(indices), grid, bits, index_out, slot_bytes, index_sizes, coder)
     _keep_palettes(out, slot_bytes, sizes, index_out, index_sizes, counts, keys, channels, bits)
 
 

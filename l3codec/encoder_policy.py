@@ -30,6 +30,9 @@ TRANSFORM_MIN_SAMPLES = 4096
 FLAT_SHARE = 0.25
 NARROW_SHARE = 0.02  # ... and a colour image's 256 x 64 tiles where they hold this share,
 NARROW_GAIN = 0.01  # kept where 1% smaller
+# compact's coder for coded tiles (cpu.COMPACT_CODERS): "rice" (kind 1) until every decoder reads kind 10
+# ("ans"); "smaller" codes each tile both ways and keeps the smaller
+COMPACT_CODER = "rice"
 _FLAT_KINDS = (fmt.KIND_LZ, fmt.KIND_PIXEL_LZ, fmt.KIND_LZ_CODED, fmt.KIND_PIXEL_LZ_CODED, fmt.KIND_PALETTE,
                fmt.KIND_PALETTE_MEMBER)
 
@@ -115,7 +118,8 @@ def encode_planes(planes, header: dict, tile_height: int) -> tuple:
     slot_bytes = cpu.stream_slot_bytes(tile_width, tile_height, bits)
     scratch = np.empty(stream_count * slot_bytes, np.uint8)
     sizes = np.zeros(stream_count, np.int64)
-    cpu.encode_streams(planes, header["mode"], tile_width, tile_height, bits, scratch, slot_bytes, sizes)
+    cpu.encode_streams(planes, header["mode"], tile_width, tile_height, bits, scratch, slot_bytes, sizes,
+                       COMPACT_CODER)
     ends = np.cumsum(sizes)
     payload = np.empty(int(ends[-1]), np.uint8)
     cpu.gather_streams(scratch, slot_bytes, sizes, payload)

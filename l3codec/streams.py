@@ -7,7 +7,7 @@ every decoder accepts and rejects exactly the same streams.
 
 import numpy as np
 
-from .format import (KIND_CODED, KIND_CODED_EXTENDED, KIND_CONSTANT, KIND_PALETTE, KIND_PALETTE_MEMBER, KIND_RAW,
+from .format import (KIND_CODED, KIND_CODED_ANS, KIND_CODED_EXTENDED, KIND_CONSTANT, KIND_PALETTE, KIND_PALETTE_MEMBER, KIND_RAW,
                      PALETTE_HEADER_BYTES, STATUS_BAD_KIND, STATUS_BAD_SIZE, STATUS_OK, L3Error, parse)
 from .huffman import TABLE_SIZE, TABLES
 from .jit import device
@@ -98,9 +98,9 @@ def uncoded_stream_status(kind, size, bytes_per_sample, samples):
 
 @device
 def is_coded(kind):
-    """A stream its mode's own decoder reads: every mode's coded kind, and fast mode's extended one
-    (a compact decoder refuses the latter itself)."""
-    return kind == KIND_CODED or kind == KIND_CODED_EXTENDED
+    """A stream its mode's own decoder reads: every mode's coded kind, fast mode's extended one and
+    compact's kind 10 (each mode's decoder refuses the other's itself)."""
+    return kind == KIND_CODED or kind == KIND_CODED_EXTENDED or kind == KIND_CODED_ANS
 
 
 @device(cpu_inline=True)

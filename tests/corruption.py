@@ -384,8 +384,7 @@ def status_cases() -> dict:
         "compact coded LZ, a length byte cut by the end": (LITERALS_64[:-9], 4, corrupt),
         "compact coded pixel LZ in channel 1": ((bytes([fmt.KIND_CONSTANT, 7]), coded_lz(VALID_PIXEL_LZ)), 4, kind),
         "compact coded LZ beside a pixel LZ tile": ((coded_lz(VALID_PIXEL_LZ), MEMBER, coded_lz(VALID_LZ)), 4, kind),
-        # past the last kind (format 10 made kind 10 compact's rANS stream, tests/test_cuda_c_ans.py's)
-        "compact kind 11": (bytes([fmt.KIND_CODED_ANS + 1]) + compact_stream(valid4)[1:], 4, kind),
+        "compact kind 11 (past the last)": (bytes([fmt.KIND_CODED_ANS + 1]) + compact_stream(valid4)[1:], 4, kind),
         "compact constant too long": (bytes([fmt.KIND_CONSTANT, 7, 7]), 4, size),
         "compact raw too short": (bytes([fmt.KIND_RAW]) + bytes(4 * WIDTH - 1), 4, size),
         "compact header cut short": (compact_stream(valid4)[:7], 4, size),

@@ -172,7 +172,7 @@ def test_payload_checksum_can_be_skipped():
         l3codec.decode(bytes(padded))
     np.testing.assert_array_equal(l3codec.decode(bytes(padded), verify=False), expected)
     broken = bytearray(data)
-    broken[fmt.parse(data).payload_offset] = fmt.KIND_PIXEL_LZ_CODED + 1  # the first stream's kind byte: no such kind
+    broken[fmt.parse(data).payload_offset] = fmt.KIND_CODED_ANS + 1  # the first stream's kind byte: no such kind
     with pytest.raises(l3codec.L3Error, match="payload checksum"):
         l3codec.decode(bytes(broken))
     with pytest.raises(l3codec.L3Error, match="corrupt stream .tile 0, channel 0.: unknown stream kind"):

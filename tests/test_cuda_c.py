@@ -369,7 +369,7 @@ def test_every_status_code_is_reachable_in_encoded_files():
             fast_kinds.add(data[start])
         code_bits = fast.code_bits(8, extended)
         bad_kind = bytearray(data)
-        bad_kind[start] = 11  # past the last kind (format 10 took kind 10)
+        bad_kind[start] = fmt.KIND_CODED_ANS + 1  # past the last kind
         cases.append((reseal(bytes(bad_kind)), fmt.STATUS_BAD_KIND))
         if mode == "compact":  # fast mode's extended kind
             bad_kind[start] = fmt.KIND_CODED_EXTENDED

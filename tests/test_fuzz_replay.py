@@ -17,11 +17,12 @@ DECODERS = {(mode, kind) for mode in ("compact", "fast")
 
 
 def rejecting_decoder(data: bytes) -> tuple:
-    """(mode, kind byte of the stream the rejection names, or "unknown" past the last kind)."""
+    """(mode, kind byte of the stream the rejection names, or "unknown" past its mode's last kind)."""
     tile, channel = map(int, re.search(r"tile (\d+), channel (\d+)", outcome(data)).groups())
     parsed = fmt.parse(data, verify=False)
     kind = data[parsed.stream_starts[tile * parsed.info.channels + channel]]
-    return parsed.info.mode, kind if kind <= fmt.KIND_PIXEL_LZ_CODED else "unknown"
+    last = fmt.KIND_CODED_ANS if parsed.info.mode == "compact" else fmt.KIND_PIXEL_LZ_CODED  # kind 10: compact's
+    return parsed.info.mode, kind if kind <= last else "unknown"
 
 
 def test_corpus_reaches_every_stream_decoder():

@@ -115,7 +115,7 @@ def test_a_corrupt_stream_names_its_item_when_verification_is_off():
 
     good = _encode(make_image("smooth_noise", 16, 16, 3, np.uint8, 6))
     bad = bytearray(good)
-    bad[fmt.parse(good).payload_offset] = fmt.KIND_PIXEL_LZ_CODED + 1  # the first stream's kind byte: no such kind
+    bad[fmt.parse(good).payload_offset] = fmt.KIND_CODED_ANS + 1  # the first stream's kind byte: no such kind
     with pytest.raises(l3codec.L3Error, match="batch item 1: corrupt stream"):
         l3torch.decode([good, bytes(bad)], device="cpu", verify=False)
 
