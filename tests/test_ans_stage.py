@@ -66,6 +66,7 @@ def test_the_packed_layout_holds_the_stage_records_and_its_stream_tables():
     kernel_data, starts, ends, _, _ = batching.packed_views(layout, prepared.launches, buffer)
     assert kernel_data.size == layout.device_size
     assert (starts[[2, 5]] == layout.size + prepared.ans.starts).all()
+    assert (ends[[2, 5]] == layout.size + prepared.ans.ends).all()
     streams = len(prepared.stream_starts)
     tasks = sum(len(launch.tasks) for launch in prepared.launches)
     tables = layout.size - (prepared.data.size + 7) // 8 * 8

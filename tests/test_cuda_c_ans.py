@@ -7,7 +7,7 @@ import pytest
 
 import l3codec
 from ans_streams import ans_stream_parts, first_reference_status, with_ans_streams
-from corruption import reseal, single_stream_file
+from corruption import MEMBER, palette_stream, reseal, single_stream_file
 from l3codec import ans_cpu
 from images import make_image
 from l3codec import batch as l3batch
@@ -156,3 +156,42 @@ def test_fuzzed_kind_10_streams_give_the_cpu_decoders_status():
     _, status = decode_batch_emulated(damaged, order="reversed")
     assert status.tolist() == [first_reference_status(item) for item in damaged]
     assert len(set(status.tolist())) >= 2
+
+
+@pytest.mark.emulator
+def test_a_palette_tiles_kind_10_index_plane_decodes_through_the_stage():
+    """A palette stream (3 channels) whose index plane is kind 10: the stage copies the palette's header
+    and colour table before the table block, so the band kernel finds both where open_stream looks; a
+    crop of it too. The colours are corruption.palette_stream's (10 * index + channel)."""
+    rng = np.random.default_rng(5)
+    indices = np.minimum(np.cumsum(rng.integers(0, 2, (40, 32)), axis=1) // 3, 11).astype(np.uint8)
+    index_stream = ans_cpu.encode_stream(indices)
+    data = single_stream_file((palette_stream(12, index_stream, 3), MEMBER, MEMBER), fmt.MODE_COMPACT, 40,
+                              width=32)
+    batch = l3batch.prepare([data])
+    assert batch.ans.streams.tolist() == [0] and batch.ans.records["prefix_bytes"].tolist() == [2 + 12 * 3]
+    expected = (10 * indices[..., None] + np.arange(3)).astype(np.uint8)
+    images, status = decode_batch_emulated([data, data], [None, (30, 7, 10, 20)])
+    assert status.tolist() == [0, 0]
+    np.testing.assert_array_equal(images[0], expected)
+    np.testing.assert_array_equal(images[1], expected[30:40, 7:27])
+
+
+@pytest.mark.cuda
+def test_a_real_gpu_decodes_the_mixed_batch_and_its_crops():
+    """gpu.decode_batch on a GPU (cuda_c.launch_ans_tables between the LZ expansion and the decode):
+    test_a_batch_mixing_kind_1_and_kind_10_tiles_decodes_bit_exactly's batch, whole and cropped."""
+    cupy = pytest.importorskip("cupy", reason="cupy is not installed")
+    try:
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            pytest.skip("no CUDA device")
+    except Exception as error:  # noqa: BLE001 - no driver, no device
+        pytest.skip(f"no usable CUDA device: {error}")
+    from l3codec import gpu
+
+    files, images = zip(*(_mixed(case) for case in MIXED))
+    for got, image in zip(gpu.decode_batch(list(files), backend="cupy"), images):
+        np.testing.assert_array_equal(cupy.asnumpy(got), image)
+    regions = [(3, 5, 20, 30)] * len(files)
+    for got, image in zip(gpu.decode_batch(list(files), backend="cupy", regions=regions), images):
+        np.testing.assert_array_equal(cupy.asnumpy(got), image[3:23, 5:35])
