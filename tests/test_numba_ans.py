@@ -11,7 +11,6 @@ import sys
 import ans_cases
 import numpy as np
 import pytest
-from ans_streams import first_reference_status
 from corruption import first_cpu_status
 
 from l3codec.format import STATUS_BAD_HEADER, STATUS_BAD_KIND, STATUS_BAD_SIZE, STATUS_CORRUPT
@@ -33,6 +32,7 @@ def simulated():
 
 @pytest.mark.emulator
 def test_simulated_mixed_kind_1_and_kind_10_batch_matches_source(simulated):
+    assert simulated["mixed batch"] == [True] * len(ans_cases.MIXED)  # the CPU decoder's pixels
     assert simulated["mixed batch matches source"] == [True] * len(ans_cases.MIXED)
     sorts = simulated["kind-10 streams"]
     assert all(item["streams"] > 0 for item in sorts)
@@ -42,16 +42,18 @@ def test_simulated_mixed_kind_1_and_kind_10_batch_matches_source(simulated):
 
 
 @pytest.mark.emulator
-def test_simulated_kind_10_regions_match_source(simulated):
-    assert simulated["regions match source"] == [True] * len(ans_cases.MIXED)
+def test_simulated_kind_10_regions_match_the_cpu_decoder(simulated):
+    assert simulated["regions"] == [True] * len(ans_cases.MIXED)
 
 
 @pytest.mark.emulator
 def test_simulated_kind_10_faults_give_the_cpu_decoders_status(simulated):
     """Each fault of ans_cases.FAULTS (header, bias table, table set, row-length table, rows in either band,
-    the end-of-stream size) fails with the CPU decoder's status of the damaged stream (ans_cpu.decode_stream,
-    the reference until decode() reads kind 10), whatever order the bands' blocks run in."""
-    expected = {name: ans_cases.cpu_stream_status(stream) for name, (_, stream) in ans_cases.fault_files().items()}
+    the end-of-stream size) fails with the CPU decoder's status, whatever order the bands' blocks run in;
+    the stream decoder (ans_cpu.decode_stream) gives the same."""
+    files = ans_cases.fault_files()
+    expected = {name: first_cpu_status(data) for name, (data, _) in files.items()}
+    assert expected == {name: ans_cases.cpu_stream_status(stream) for name, (_, stream) in files.items()}
     assert all(expected.values()), expected
     assert set(expected.values()) == {STATUS_BAD_SIZE, STATUS_BAD_HEADER, STATUS_CORRUPT}
     assert simulated["fault statuses"] == expected
@@ -67,7 +69,7 @@ def test_simulated_kind_10_in_a_fast_file_is_a_bad_kind(simulated):
 @pytest.mark.emulator
 def test_simulated_fuzzed_kind_10_streams_give_the_cpu_decoders_status(simulated):
     """Random bit flips in kind-10 streams (ans_cases.fuzzed_files), bands run last first: each item's
-    status is the reference's first failing stream's (tests/ans_streams.first_reference_status)."""
-    expected = [first_reference_status(data) for data in ans_cases.fuzzed_files()]
+    status is the CPU decoder's first failing stream's."""
+    expected = [first_cpu_status(data) for data in ans_cases.fuzzed_files()]
     assert simulated["fuzzed statuses"] == expected
     assert len(set(expected)) >= 2
