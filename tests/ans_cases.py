@@ -6,7 +6,8 @@ from corruption import reseal
 from images import make_image
 from kind10_files import kind10_layout, with_kind10_streams
 
-from l3codec import ans_cpu
+import l3codec
+from l3codec import ans_cpu, encoder_policy
 from l3codec import format as fmt
 
 # (kind, height, width, channels, dtype, tile_width, tile_height, which streams are kind 10, bias table)
@@ -27,12 +28,30 @@ CHOICES = {
 }
 
 
+# files of the reference encoder with format 10's coder (encoder_policy.COMPACT_CODER "ans"): colour
+# transforms too; (kind, height, width, channels, dtype, tile_width, tile_height, transform)
+ENCODED = [
+    ("smooth_noise", 45, 37, 3, np.uint8, 32, 64, "rg-mean"),
+    ("gradient", 20, 24, 4, np.uint16, 16, 32, "subtract-green"),
+]
+
+
 def mixed_images():
+    """The MIXED then the ENCODED items: (images, files)."""
     images, datas = [], []
     for seed, (kind, h, w, c, dtype, tw, th, which, bias) in enumerate(MIXED):
         image = make_image(kind, h, w, c, dtype, seed)
         images.append(image)
         datas.append(with_kind10_streams(image, tw, th, CHOICES[which], bias=bias))
+    saved = encoder_policy.COMPACT_CODER
+    encoder_policy.COMPACT_CODER = "ans"
+    try:
+        for seed, (kind, h, w, c, dtype, tw, th, transform) in enumerate(ENCODED):
+            image = make_image(kind, h, w, c, dtype, seed)
+            images.append(image)
+            datas.append(l3codec.encode(image, mode="compact", tile_width=tw, tile_height=th, transform=transform))
+    finally:
+        encoder_policy.COMPACT_CODER = saved
     return images, datas
 
 

@@ -32,18 +32,19 @@ def simulated():
 
 @pytest.mark.emulator
 def test_simulated_mixed_kind_1_and_kind_10_batch_matches_source(simulated):
-    assert simulated["mixed batch"] == [True] * len(ans_cases.MIXED)  # the CPU decoder's pixels
-    assert simulated["mixed batch matches source"] == [True] * len(ans_cases.MIXED)
+    items = len(ans_cases.MIXED) + len(ans_cases.ENCODED)
+    assert simulated["mixed batch"] == [True] * items  # the CPU decoder's pixels
+    assert simulated["mixed batch matches source"] == [True] * items
     sorts = simulated["kind-10 streams"]
     assert all(item["streams"] > 0 for item in sorts)
-    depths = [case[4] for case in ans_cases.MIXED]
+    depths = [case[4] for case in ans_cases.MIXED + ans_cases.ENCODED]
     assert {depth for depth, item in zip(depths, sorts) if item["biased"]} == {np.uint8, np.uint16}
     assert any(item["palette"] and item["lz"] for item in sorts)  # both stages' scratch in one batch
 
 
 @pytest.mark.emulator
 def test_simulated_kind_10_regions_match_the_cpu_decoder(simulated):
-    assert simulated["regions"] == [True] * len(ans_cases.MIXED)
+    assert simulated["regions"] == [True] * (len(ans_cases.MIXED) + len(ans_cases.ENCODED))
 
 
 @pytest.mark.emulator
