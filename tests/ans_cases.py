@@ -49,7 +49,8 @@ def mixed_images():
         for seed, (kind, h, w, c, dtype, tw, th, transform) in enumerate(ENCODED):
             image = make_image(kind, h, w, c, dtype, seed)
             images.append(image)
-            datas.append(l3codec.encode(image, mode="compact", tile_width=tw, tile_height=th, transform=transform))
+            datas.append(l3codec.encode(image, mode="compact", tile_width=tw, tile_height=th,
+                                        transform=transform))
     finally:
         encoder_policy.COMPACT_CODER = saved
     return images, datas

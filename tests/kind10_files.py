@@ -5,7 +5,7 @@ stream's parts lie, for damaging them."""
 import numpy as np
 
 import l3codec
-from l3codec import ans, ans_cpu, ans_stream
+from l3codec import ans, ans_cpu, ans_stream, encoder_policy
 from l3codec import format as fmt
 
 
@@ -41,9 +41,15 @@ def with_kind10_streams(image: np.ndarray, tile_width: int, tile_height: int, ch
                         mode: str = "compact", **stream_options) -> bytes:
     """A file of image (compact unless mode says, colour transform none) whose streams `chosen(index, kind)`
     says are recoded as kind 10 by ans_cpu.encode_stream(plane, **stream_options) (the others as the encoder
-    wrote them; a chosen palette stream keeps its colour table, its index plane recoded); damage(index,
-    stream, rows), when given, returns what each kind-10 stream (its plane's) becomes."""
-    data = l3codec.encode(image, mode=mode, tile_width=tile_width, tile_height=tile_height, transform="none")
+    with format 9's coder wrote them; a chosen palette stream keeps its colour table, its index plane
+    recoded); damage(index, stream, rows), when given, returns what each kind-10 stream becomes."""
+    saved = encoder_policy.COMPACT_CODER
+    encoder_policy.COMPACT_CODER = "rice"  # kind 1 where coded, so that the file mixes kinds 1 and 10
+    try:
+        data = l3codec.encode(image, mode=mode, tile_width=tile_width, tile_height=tile_height,
+                              transform="none")
+    finally:
+        encoder_policy.COMPACT_CODER = saved
     parsed = fmt.parse(np.frombuffer(data, np.uint8))
     info = parsed.info
     planes = image.reshape(image.shape[0], image.shape[1], -1)

@@ -57,7 +57,8 @@ def main():
     decoded = gpu.decode_batch(datas, backend="numba")
     results["mixed batch matches source"] = [bool(np.array_equal(host(d), image))
                                              for d, image in zip(decoded, images)]
-    results["mixed batch"] = [bool(np.array_equal(host(d), l3codec.decode(x))) for d, x in zip(decoded, datas)]
+    results["mixed batch"] = [bool(np.array_equal(host(d), l3codec.decode(x)))
+                              for d, x in zip(decoded, datas)]
     regions = crop_regions(images)
     decoded = gpu.decode_batch(datas, backend="numba", regions=regions)
     results["regions"] = [bool(np.array_equal(host(d), l3codec.decode(x, region=r)))

@@ -23,8 +23,8 @@ def simulated():
     pytest.importorskip("numba.cuda", reason="numba-cuda is not installed (pip install -e \".[gpu]\")")
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
     completed = subprocess.run(
-        [sys.executable, str(TESTS / "simulated_ans.py")], env=env, capture_output=True, text=True, timeout=900,
-        check=False,
+        [sys.executable, str(TESTS / "simulated_ans.py")], env=env, capture_output=True, text=True,
+        timeout=900, check=False,
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
     return json.loads(completed.stdout)
