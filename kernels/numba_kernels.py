@@ -9,7 +9,11 @@ tasks as int64 matrices.
 
 compact: block (32, channels). Lane r decodes row r of channel y as a wavefront:
 pixel (r, c) at step r + c, after lane r - 1 wrote (r - 1, c) into shared memory
-at the previous step. fast: FAST_THREADS threads, a column each (striding). Per row, thread 0
+at the previous step. A kind-10 (compact v2, rANS) stream's lane carries its row's
+rANS state and reads the slot tables and token info that the table stage (ans_table_blocks, a warp
+per stream, before the decode) built in the stream's table block.
+
+fast: FAST_THREADS threads, a column each (striding). Per row, thread 0
 reads the headers into shared group tables; then every column's mapped residual is read in
 parallel (a Rice quotient by popcounts over its group's unary part) and the row is predicted
 in fast.PHASES passes, a barrier after each.
@@ -35,13 +39,41 @@ import numpy as np
 from numba import config, cuda
 
 import l3codec
-from l3codec import batch, bitio, colour, compact, fast, huffman, lz, lz4block, lz_stage, streams
+from l3codec import (
+    ans,
+    ans_stage,
+    ans_stream,
+    batch,
+    bitio,
+    colour,
+    compact,
+    fast,
+    huffman,
+    lz,
+    lz4block,
+    lz_stage,
+    streams,
+)
 from l3codec import format as fmt
+from l3codec.ans_stage import (  # a kind-10 stream's table block (the table stage's output)
+    BLOCK_ALPHABETS,
+    BLOCK_BIAS,
+    BLOCK_END,
+    BLOCK_END_STATUS,
+    BLOCK_LENGTHS,
+    BLOCK_ROWS,
+    BLOCK_SLOTS,
+    BLOCK_STATUS,
+    BLOCK_TOKEN_INFO,
+)
 from l3codec.jit import compile_device_functions
 
 from . import cuda_c
 
-_dev = compile_device_functions([bitio, colour, lz4block, huffman, lz, streams, compact, fast], cuda.jit(device=True, inline="always"))
+_dev = compile_device_functions([bitio, colour, lz4block, huffman, lz, streams, compact, fast],
+                                cuda.jit(device=True, inline="always"))
+# compact v2's stream and row functions on their own: ans.read_tables is not huffman's
+_ans = compile_device_functions([bitio, compact, ans, ans_stream], cuda.jit(device=True, inline="always"))
 expand_lz_stream = _dev.expand_lz_stream
 LZ_TABLES, LZ_TABLE_SIZE = huffman.TABLES, huffman.TABLE_SIZE
 pixel_offset = _dev.pixel_offset
@@ -52,6 +84,8 @@ row_state_init = _dev.row_state_init
 decode_sample = _dev.decode_sample
 uncoded_sample = _dev.uncoded_sample
 plane_stream_status = _dev.plane_stream_status
+open_stream = _dev.open_stream
+uncoded_stream_status = _dev.uncoded_stream_status
 palette_sample = _dev.palette_sample
 compact_stream_layout = _dev.compact_stream_layout
 compact_row_length = _dev.compact_row_length
@@ -65,6 +99,21 @@ is_coded = _dev.is_coded
 groups_per_row = _dev.groups_per_row
 predict_between = _dev.predict_between
 unzigzag = _dev.unzigzag
+read_ans_tables = _ans.read_tables
+ans_stream_header = _ans.ans_stream_header
+read_bias_table = _ans.read_bias_table
+ans_rows_start = _ans.ans_rows_start
+ans_row_length = _ans.ans_row_length
+open_row_stream = _ans.open_row_stream
+slot_step = _ans.slot_step
+refill = _ans.refill
+raw_step = _ans.raw_step
+token_raw_bits = _ans.token_raw_bits
+hybrid_value = _ans.hybrid_value
+sample_of = _ans.sample_of
+activity = _ans.activity
+bias_context = _ans.bias_context
+row_stream_end = _ans.row_stream_end
 
 WARP = 32
 COMPACT_BAND_ROWS = fmt.COMPACT_BAND_ROWS  # a band a block, its rows a warp's lanes
@@ -129,6 +178,26 @@ FORM_RICE = fast.FORM_RICE
 PHASES = fast.PHASES
 PERIOD = fast.PERIOD
 
+# compact v2 (format 10, issue #39): stream kind 10, a static-table rANS row stream per row. The table stage
+# (build_ans_tables, after the LZ expansion) turns each kind-10 stream into a table block in the scratch area
+# (l3codec/ans_stage.py: the checks before the rows, the row and length positions, the bias values, token
+# info and slot tables), where the stage's stream tables point decode_compact's lanes.
+KIND_CODED_ANS = fmt.KIND_CODED_ANS
+ANS_HEADER_BYTES = ans_stream.ANS_HEADER_BYTES
+ANS_CONTEXTS = ans.ANS_CONTEXTS
+ANS_TOKEN_COLUMNS = ans_stage.ANS_TOKEN_COLUMNS
+ANS_MAX_TOKENS = ans_stream.ANS_MAX_TOKENS
+ANS_CONTEXT_OF_ACTIVITY = ans.ANS_CONTEXT_OF_ACTIVITY
+GRADIENT_CONTEXTS = ans.GRADIENT_CONTEXTS
+NO_TOKEN = ans.NO_TOKEN
+ANS_OK = ans.ANS_OK
+ANS_TABLE_FAULT_STATUS = fmt.ANS_TABLE_FAULT_STATUS  # a bias table or table set refused or cut short
+ANS_ROW_FAULT_STATUS = fmt.ANS_ROW_FAULT_STATUS  # a row not decoding to exactly its bytes
+# columns of the int64 view of the stage's records (ans_stage.TABLE_STAGE_DTYPE)
+_RECORD = {name: i for i, name in enumerate(ans_stage.TABLE_STAGE_DTYPE.names)}
+R_SOURCE, R_SOURCE_END, R_PREFIX_START = _RECORD["source"], _RECORD["source_end"], _RECORD["prefix_start"]
+R_PREFIX_BYTES, R_TARGET, R_SLOT_BYTES = _RECORD["prefix_bytes"], _RECORD["target"], _RECORD["slot_bytes"]
+R_BITS, R_ROWS = _RECORD["bits"], _RECORD["rows"]
 
 @cuda.jit(device=True, inline="always")
 def report(status, item, code, rank):
@@ -281,10 +350,172 @@ def cached_on_content(kernel):
     return kernel
 
 
+# ---------------------------------------------------------------- compact v2 (stream kind 10)
+
+
+@cuda.jit(device=True, inline="always")
+def read_le(data, pos, count):
+    """An unsigned little-endian value of count (1..8) bytes at byte pos."""
+    value = np.int64(0)
+    for i in range(count):
+        value |= np.int64(data[pos + i]) << (8 * i)
+    return value
+
+
+@cuda.jit(device=True, inline="always")
+def write_le(data, pos, value, count):
+    for i in range(count):
+        data[pos + i] = (value >> (8 * i)) & 255
+
+
+@cuda.jit(device=True, inline="always")
+def read_signed(data, pos, count):
+    """A little-endian two's complement value of count (1, 2 or 4) bytes (a bias value)."""
+    sign_bit = np.int64(1) << (8 * count - 1)
+    return (read_le(data, pos, count) ^ sign_bit) - sign_bit
+
+
+@cuda.jit(device=True, inline="always")
+def stream_table_checks(data, record, bias, freq, alphabets):
+    """One thread's pass over a kind-10 stream before its rows, in the CPU decoder's order
+    (ans_stream.decode_ans_stream: header, bias table and table set, the row-length table's fit; and for
+    after the rows, whether the row lengths add up to the stream): writes the block's header copy,
+    statuses, positions, bias values and alphabets, and bias/freq/alphabets. Returns (status, precision)."""
+    source, end, target = record[R_SOURCE], record[R_SOURCE_END], record[R_TARGET]
+    bits, rows = record[R_BITS], record[R_ROWS]
+    for i in range(ANS_HEADER_BYTES):
+        data[target + i] = data[source + i] if source + i < end else 0
+    for i in range(GRADIENT_CONTEXTS):
+        bias[i] = 0
+    for ctx in range(ANS_CONTEXTS):
+        alphabets[ctx] = 0
+    code, biased, precision, length_bits = ans_stream_header(data, source, end)
+    lengths_pos = rows_pos = np.int64(0)
+    if code == STATUS_OK:
+        pos = source + ANS_HEADER_BYTES
+        if biased:
+            pos = read_bias_table(data, pos, end, bits, bias)
+        if pos < 0:
+            code = ANS_TABLE_FAULT_STATUS
+        else:
+            ans_status, table_end = read_ans_tables(data, pos * 8, end * 8, bits, precision, freq, alphabets)
+            code = STATUS_OK if ans_status == ANS_OK else ANS_TABLE_FAULT_STATUS
+            lengths_pos = (table_end + 7) >> 3
+    if code == STATUS_OK:
+        rows_pos = ans_rows_start(lengths_pos, end, rows, length_bits)
+        if rows_pos < 0:
+            code = STATUS_BAD_SIZE  # the row-length table passes the stream's end
+    end_status = STATUS_OK
+    if code == STATUS_OK:
+        total = rows_pos
+        for row in range(rows):
+            total += ans_row_length(data, lengths_pos, length_bits, row)
+        end_status = STATUS_OK if total == end else STATUS_BAD_SIZE
+    write_le(data, target + BLOCK_STATUS, code, 4)
+    write_le(data, target + BLOCK_ROWS, rows_pos, 8)
+    write_le(data, target + BLOCK_LENGTHS, lengths_pos, 8)
+    write_le(data, target + BLOCK_END, end, 8)
+    write_le(data, target + BLOCK_END_STATUS, end_status, 4)
+    for index in range(GRADIENT_CONTEXTS):
+        write_le(data, target + BLOCK_BIAS + 4 * index, bias[index], 4)
+    for ctx in range(ANS_CONTEXTS):
+        data[target + BLOCK_ALPHABETS + ctx] = alphabets[ctx]
+    return code, precision
+
+
+@cached_on_content
+@cuda.jit
+def ans_table_blocks(data, records):
+    """A warp per kind-10 stream (records: the stage's, ans_stage.TABLE_STAGE_DTYPE): its palette prefix
+    copied before its block, then lane 0's stream_table_checks, then the token info and slot tables
+    (ans.build_slot_table's, laid out as the block's) by all lanes, a token per lane at a time. (The
+    checks leave nothing for build_slot_table to refuse: read_tables caps alphabets and sums.)"""
+    bias = cuda.shared.array(GRADIENT_CONTEXTS, dtype=np.int64)
+    freq = cuda.shared.array((ANS_CONTEXTS, ANS_MAX_TOKENS), dtype=np.int64)
+    alphabets = cuda.shared.array(ANS_CONTEXTS, dtype=np.int64)
+    outcome = cuda.shared.array(2, dtype=np.int64)  # lane 0's status and precision
+    lane = cuda.threadIdx.x
+    record = records[cuda.blockIdx.x]
+    target = record[R_TARGET]
+    prefix = record[R_PREFIX_BYTES]
+    for i in range(lane, prefix, WARP):
+        data[target - prefix + i] = data[record[R_PREFIX_START] + i]
+    if lane == 0:
+        outcome[0], outcome[1] = stream_table_checks(data, record, bias, freq, alphabets)
+    cuda.syncthreads()
+    if outcome[0] != STATUS_OK:
+        return  # the band kernel reads no tables of a failed stream
+    precision = outcome[1]
+    for ctx in range(ANS_CONTEXTS):
+        slots = target + BLOCK_SLOTS + (ctx << precision)
+        alphabet = alphabets[ctx]
+        if alphabet == 0:
+            for s in range(lane, np.int64(1) << precision, WARP):
+                data[slots + s] = NO_TOKEN
+        for t in range(lane, ANS_TOKEN_COLUMNS, WARP):
+            start = np.int64(0)
+            for before in range(min(t, alphabet)):
+                start += freq[ctx, before]
+            f = freq[ctx, t] if t < alphabet else 0
+            info = target + BLOCK_TOKEN_INFO + 4 * (ctx * ANS_TOKEN_COLUMNS + t)
+            write_le(data, info, f | (start << 16), 4)
+            for j in range(f):
+                data[slots + start + j] = t
+
+
+ANS_TABLE_THREADS = WARP
+
+
+def build_ans_tables(data, records, stream=0) -> None:
+    """Launch ans_table_blocks on a packed batch's device buffer (batch.packed_views' data,
+    batch.packed_ans_records), after the LZ expansion and before the decode launches, on the same stream."""
+    count = int(records.shape[0])
+    if count:
+        ans_table_blocks[count, ANS_TABLE_THREADS, stream](data, records)
+
+
+@cuda.jit(device=True, inline="always")
+def ans_sample(data, end, x, pos, neighbourhood, bits, block, bias, biased):
+    """One sample of a kind-10 row stream (ans.decode_step, with W, N, NW = neighbourhood from the lane's
+    ring rather than a plane, and the slot tables and token info read from the stream's table block
+    (block = (its position, precision)): (ans status, state, position, sample). bias: the stream's bias
+    values (read when biased)."""
+    w, n, nw = neighbourhood
+    target, precision = block
+    ctx = ANS_CONTEXT_OF_ACTIVITY[activity(w, n, nw, bits)]
+    token = np.int64(data[target + BLOCK_SLOTS + (ctx << precision) + (x & ((np.int64(1) << precision) - 1))])
+    info = read_le(data, target + BLOCK_TOKEN_INFO + 4 * (ctx * ANS_TOKEN_COLUMNS + token), 4)
+    x = slot_step(token, info, x, precision)
+    if token == NO_TOKEN:
+        return ans.ANS_BAD_TOKEN, x, pos, np.int64(1) << (bits - 1)
+    x, pos = refill(data, x, pos, end)
+    raw = np.int64(0)
+    count = token_raw_bits(token)
+    if count > 0:
+        raw, x = raw_step(x, count)
+        x, pos = refill(data, x, pos, end)
+    bias_value, sign = np.int64(0), np.int64(1)
+    if biased:
+        index, sign = bias_context(w, n, nw, bits)
+        bias_value = np.int64(bias[index])
+    return ANS_OK, x, pos, sample_of(hybrid_value(token, raw), w, n, nw, bias_value, sign, bits)
+
+
+@cuda.jit(device=True, inline="always")
+def ring_neighbours(stage, ring, channel, row, col, half):
+    """(W, N, NW) of band row `row` (a lane) at column col, from the staged ring (compact.neighbours)."""
+    left = np.int64(stage[staged(channel, row, col - 1, ring)]) if col > 0 else half
+    left2 = np.int64(stage[staged(channel, row, col - 2, ring)]) if col > 1 else half
+    up = np.int64(stage[staged(channel, row - 1, col, ring)]) if row > 0 else half
+    upleft = np.int64(stage[staged(channel, row - 1, col - 1, ring)]) if row > 0 and col > 0 else half
+    return neighbours(row, col, left, left2, up, upleft, half)
+
+
 @cached_on_content
 @cuda.jit
 def decode_compact(data, stream_starts, stream_ends, items, tasks, out, status):
     stage = cuda.shared.array(COMPACT_STAGE, dtype=TILE_SAMPLE)
+    bias_tables = cuda.shared.array((MAX_CHANNELS, GRADIENT_CONTEXTS), dtype=np.int32)  # kind 10's
     mapped_slots = cuda.shared.array((2, MAX_CHANNELS, WARP), dtype=np.int64)
     state = cuda.local.array(STATE_SIZE, dtype=np.int64)
     # per row, its status; per channel, the end-of-stream check: lane 0 reports the first failure
@@ -309,6 +540,14 @@ def decode_compact(data, stream_starts, stream_ends, items, tasks, out, status):
     raw_kind = 0
     row_start = np.int64(0)
     row_end = np.int64(0)
+    # kind 10: the row's rANS state, word position and status (OK while it decodes), its stream's tables
+    ans_coded = False
+    block = np.int64(0)  # the table block's position
+    ans_state = np.int64(0)
+    ans_pos = np.int64(0)
+    ans_status = ANS_OK
+    biased = np.int64(0)
+    precision = np.int64(ans.ANS_MIN_PRECISION)
     end_code = STATUS_OK  # checked once every row has passed
     if channel == 0 and lane == 0:
         palette_info[1] = 0
@@ -316,8 +555,11 @@ def decode_compact(data, stream_starts, stream_ends, items, tasks, out, status):
     if active:
         stream = stream_id(items, tasks, task, item, channel)
         end = stream_ends[stream]
-        code, start, colours = plane_stream_status(data, stream_starts[stream], end, channel,
-                                                   stream_starts[stream - channel], channels, bits // 8, tile_h * w)
+        code, start, colours = open_stream(data, stream_starts[stream], end, channel,
+                                           stream_starts[stream - channel], channels, bits // 8)
+        if code == STATUS_OK and colours != PLANE_MEMBER and data[start] != KIND_CODED_ANS:
+            # plane_stream_status's check; a kind-10 stream's are the table stage's
+            code = uncoded_stream_status(data[start], end - start, bits // 8, tile_h * w)
         if code == STATUS_OK and colours > 0 and lane == 0:
             palette_info[0] = stream_starts[stream]
             palette_info[1] = colours
@@ -326,6 +568,28 @@ def decode_compact(data, stream_starts, stream_ends, items, tasks, out, status):
             pass  # a failed stream, or a palette member: nothing of its own to stage
         elif kind == KIND_CODED_EXTENDED:
             code = STATUS_BAD_KIND  # fast mode's
+        elif kind == KIND_CODED_ANS:  # start: its table block (ans_stage.py)
+            code = read_signed(data, start + BLOCK_STATUS, 4)
+            if code == STATUS_OK:
+                block = start
+                precision, biased = np.int64(data[start + 2]), np.int64(data[start + 1]) & 1
+                length_bits = np.int64(data[start + 3])
+                lengths_pos = read_le(data, start + BLOCK_LENGTHS, 8) * 8
+                stream_end = read_le(data, start + BLOCK_END, 8)
+                row_start = read_le(data, start + BLOCK_ROWS, 8)
+                for row in range(band_y + lane + 1):
+                    row_end = row_start + read_bits(data, lengths_pos + row * length_bits, length_bits)
+                    if row < band_y + lane:
+                        row_start = row_end
+                if band_y + lane == tile_h - 1:
+                    end_code = read_signed(data, start + BLOCK_END_STATUS, 4)
+                for index in range(lane, GRADIENT_CONTEXTS, h):  # the band's h lanes
+                    bias_tables[channel, index] = read_signed(data, start + BLOCK_BIAS + 4 * index, 4)
+                if row_end > stream_end:
+                    code = STATUS_BAD_SIZE  # a row past the stream's end, in row order as the CPU's
+                else:
+                    ans_status, ans_state, ans_pos = open_row_stream(data, row_start, row_end)
+                    ans_coded = True
         elif kind != KIND_CODED:
             raw_start = start
             raw_kind = kind
@@ -348,6 +612,7 @@ def decode_compact(data, stream_starts, stream_ends, items, tasks, out, status):
                     coded = True
                     row_state_init(state, row_start, k_nibbles, run_index)
 
+    cuda.syncthreads()  # the bias tables are in
     # the wavefront: lane r decodes column step - r; a tile wider than the ring goes in strips of
     # ring - WARP steps, after each of which the columns every row has finished are written out
     steps = h + w - 1
@@ -361,20 +626,20 @@ def decode_compact(data, stream_starts, stream_ends, items, tasks, out, status):
                 value = np.int64(0)
                 if raw_start >= 0:
                     value = uncoded_sample(data, raw_start, raw_kind, (band_y + lane) * w + col, bits // 8)
+                elif ans_coded:
+                    value = half
+                    if ans_status == ANS_OK:
+                        neighbourhood = ring_neighbours(stage, ring, channel, lane, col, half)
+                        ans_status, ans_state, ans_pos, value = ans_sample(
+                            data, row_end, ans_state, ans_pos, neighbourhood, bits, (block, precision),
+                            bias_tables[channel], biased,
+                        )
                 elif coded and copy_row:
                     value = np.int64(stage[staged(channel, lane - 1, col, ring)])
                     state[S_MAPPED] = 0
                 elif coded:
-                    left = np.int64(stage[staged(channel, lane, col - 1, ring)]) if col > 0 else half
-                    left2 = np.int64(stage[staged(channel, lane, col - 2, ring)]) if col > 1 else half
-                    up = np.int64(stage[staged(channel, lane - 1, col, ring)]) if lane > 0 else half
-                    upleft = (
-                        np.int64(stage[staged(channel, lane - 1, col - 1, ring)])
-                        if lane > 0 and col > 0
-                        else half
-                    )
                     mapped_n = mapped_slots[(step + 1) % 2, channel, lane - 1] if lane > 0 else 0
-                    wv, nv, nwv = neighbours(lane, col, left, left2, up, upleft, half)
+                    wv, nv, nwv = ring_neighbours(stage, ring, channel, lane, col, half)
                     value = decode_sample(data, state, wv, nv, nwv, mapped_n, w - col, bits)
                 stage[staged(channel, lane, col, ring)] = value
                 mapped_slots[step % 2, channel, lane] = state[S_MAPPED] if coded else 0
@@ -388,6 +653,11 @@ def decode_compact(data, stream_starts, stream_ends, items, tasks, out, status):
 
     if coded and not copy_row and (state[S_POS] != row_end or state[S_ERROR] != 0):
         code = STATUS_CORRUPT
+    if ans_coded:
+        if ans_status == ANS_OK:
+            ans_status = row_stream_end(ans_state, ans_pos, row_end)
+        if ans_status != ANS_OK:
+            code = ANS_ROW_FAULT_STATUS
     # the band's status, as the CPU decoder's: the first failing row, else (the last band) the end-of-stream check
     if active:
         row_codes[channel, lane] = code
@@ -523,6 +793,8 @@ def decode_fast(data, stream_starts, stream_ends, items, tasks, ring_rows, out, 
                                                    stream_starts[stream - channel], channels, bits // 8, h * w)
         if code == STATUS_OK and colours > 0:
             palette = (data, stream_starts[stream], colours)
+        if code == STATUS_OK and colours != PLANE_MEMBER and data[start] == KIND_CODED_ANS:
+            code = STATUS_BAD_KIND  # compact mode's
         codes[channel] = code
         plane_starts[channel] = -1 if colours == PLANE_MEMBER else start
         data_pos[channel] = (start + 1) * 8  # a coded stream's rows start after its kind byte
@@ -758,9 +1030,11 @@ _HEAD = (
 )
 _TAIL = ("uint8[::1]", "int32[::1]")
 SIGNATURES = {"decode_compact": (*_HEAD, *_TAIL), "decode_fast": (*_HEAD, "int64", *_TAIL),
-              "expand_streams": ("uint8[::1]", "int64[:, ::1]", "int32[::1]")}
+              "expand_streams": ("uint8[::1]", "int64[:, ::1]", "int32[::1]"),
+              "ans_table_blocks": ("uint8[::1]", "int64[:, ::1]")}
 # threads per block each kernel is launched with (compact: a warp per channel)
-LAUNCH_THREADS = {"decode_compact": WARP * MAX_CHANNELS, "decode_fast": FAST_THREADS, "expand_streams": EXPAND_THREADS}
+LAUNCH_THREADS = {"decode_compact": WARP * MAX_CHANNELS, "decode_fast": FAST_THREADS,
+                  "expand_streams": EXPAND_THREADS, "ans_table_blocks": ANS_TABLE_THREADS}
 
 
 def compile_ptx(name: str, cc=(9, 0)) -> str:

@@ -30,6 +30,8 @@ IMAGES = [
     # compact tiles of two bands (version 9): coded rows, and LZ, palette or raw planes across the band's edge
     ("smooth_noise", 45, 17, 1, np.uint8, "compact", 16, 64, "none"),
     ("coloured_text", 40, 32, 3, np.uint8, "compact", 32, 64, "rg-mean"),
+    # a 1-channel compact palette tile (format 10's kind 10 codes the labels above smaller than a palette)
+    ("text", 35, 18, 1, np.uint16, "compact", 16, 32, "none"),
 ]
 
 
