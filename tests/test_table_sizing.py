@@ -60,10 +60,11 @@ def test_the_packed_tables_follow_the_sizing_rules_and_stay_within_the_staging_b
     prepared = batching.prepare([data])
     streams, tasks = len(prepared.stream_starts), sum(len(launch.tasks) for launch in prepared.launches)
     expansions = 0 if prepared.lz is None else len(prepared.lz.records)
-    assert _packed_tables(prepared) == batching.table_bytes(1, streams, tasks, expansions)
+    ans_tables = 0 if prepared.ans is None else len(prepared.ans.records)  # kind-10 streams' table stage
+    assert _packed_tables(prepared) == batching.table_bytes(1, streams, tasks, expansions, ans_tables)
     assert streams <= batching.most_streams(len(data), info.height, info.width, info.channels)
     assert tasks <= batching.most_tasks(info.height, info.width, streams)
-    assert expansions <= streams
+    assert expansions + ans_tables <= streams
     most = batching.most_table_bytes(len(data), info.height, info.width, info.channels)
     assert _packed_tables(prepared) <= most
     if geometry[7] > fmt.COMPACT_BAND_ROWS and geometry[5] == "compact":
