@@ -219,14 +219,18 @@ def prepare(items, regions=None, *, verify=True, max_pixels: int = fmt.MAX_PIXEL
 def check_pixels(plans, max_pixels: int = fmt.MAX_PIXELS, *, expanded_samples: int = 0,
                  table_bytes: int = 0) -> None:
     """Refuse a batch whose regions hold more than max_pixels pixels, or, with the samples of the LZ
-    planes it expands on the device and the bytes of its kind-10 table blocks (assemble; a block is up
-    to 65 KB whatever its stream's size, so they are counted as samples too), more than that in all."""
+    planes it expands on the device, more than that in all; and one whose kind-10 table blocks
+    (assemble) take more than max_pixels bytes. A block is up to 65 KB whatever its stream's size, so
+    a small file of many tiny kind-10 streams must not ask for a large scratch area; the tables have a
+    budget of their own, so that the largest legal image (about 35 KB of tables per 1024 x 256
+    tile-channel, 13% of its samples) is not refused for them."""
     total_pixels = sum(plan.region[2] * plan.region[3] for plan in plans)
-    if total_pixels + expanded_samples + table_bytes > max_pixels:
+    if total_pixels + expanded_samples > max_pixels:
         expanding = f" and expands {expanded_samples} samples of LZ streams" if expanded_samples else ""
-        tables = f" and builds {table_bytes} bytes of rANS tables" if table_bytes else ""
-        raise L3Error(f"batch decodes {total_pixels} pixels{expanding}{tables}, "
-                      f"more than max_pixels={max_pixels}")
+        raise L3Error(f"batch decodes {total_pixels} pixels{expanding}, more than max_pixels={max_pixels}")
+    if table_bytes > max_pixels:
+        raise L3Error(f"batch builds {table_bytes} bytes of rANS tables, more than max_pixels={max_pixels} "
+                      f"(the tables' budget, in bytes)")
 
 
 def default_layout(plans) -> tuple:

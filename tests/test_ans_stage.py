@@ -73,13 +73,25 @@ def test_the_packed_layout_holds_the_stage_records_and_its_stream_tables():
     assert tables == batching.table_bytes(1, streams, tasks, 0, 2)
 
 
-def test_the_table_blocks_count_against_max_pixels():
+def test_the_table_blocks_have_a_budget_of_max_pixels_bytes():
     """A block is up to 65 KB whatever its stream's size: a batch of them is refused like one that decodes
-    too many pixels, before anything is allocated."""
+    too many pixels, before anything is allocated; but against a budget of their own, so that the pixels
+    and the tables of a large legal image do not add up to a refusal."""
     data, _ = _relabelled({s: 12 for s in range(0, 9, 3)})  # three streams, P = 12: 3 x 65,504 bytes
     prepared = batching.prepare([data], verify=False)
-    pixels = 100 * 70
-    needed = pixels + prepared.ans.scratch_size
-    assert batching.prepare([data], verify=False, max_pixels=needed).ans.scratch_size == 3 * (4064 + (15 << 12))
+    needed = prepared.ans.scratch_size
+    assert needed == 3 * (4064 + (15 << 12)) and needed > 100 * 70  # the tables outweigh the pixels
+    assert batching.prepare([data], verify=False, max_pixels=needed).ans.scratch_size == needed
     with pytest.raises(l3codec.L3Error, match="bytes of rANS tables"):
         batching.prepare([data], verify=False, max_pixels=needed - 1)
+
+
+def test_a_legal_image_at_the_pixel_budget_is_not_refused_for_its_tables():
+    """1024 x 256 tiles of kind 10 (the reference encoder's) at exactly max_pixels pixels: the tables
+    (about 35 KB a tile-channel) came on top of the pixels and refused it."""
+    image = make_image("smooth_noise", 512, 2048, 3, np.uint8, 5)
+    data = l3codec.encode(image, mode="compact")
+    info = l3codec.info(data)
+    assert (info.tile_width, info.tile_height) == (1024, 256)
+    prepared = batching.prepare([data], max_pixels=512 * 2048)
+    assert prepared.ans is not None and len(prepared.ans.records) == 12

@@ -8,7 +8,7 @@ import pytest
 import l3codec
 from ans_streams import ans_stream_parts, with_ans_streams
 from corruption import MEMBER, first_cpu_status, mutate_payload, palette_stream, reseal, single_stream_file
-from l3codec import ans_cpu
+from l3codec import ans_cpu, encoder_policy
 from images import make_image
 from l3codec import batch as l3batch
 from l3codec import format as fmt
@@ -28,8 +28,13 @@ def _file(kind, height, width, channels, dtype, tile_width, tile_height, every=2
     """A compact file whose every `every`-th stream is kind 10 where it codes its own plane, the others as
     the encoder chose, and its pixels."""
     image = _image(kind, height, width, channels, dtype, seed)
-    data = l3codec.encode(image, mode="compact", tile_width=tile_width, tile_height=tile_height,
-                          transform=options.pop("transform", None))
+    default_coder = encoder_policy.COMPACT_CODER
+    encoder_policy.COMPACT_CODER = "rice"  # kind 1 as the base, so the batch mixes both coders
+    try:
+        data = l3codec.encode(image, mode="compact", tile_width=tile_width, tile_height=tile_height,
+                              transform=options.pop("transform", None))
+    finally:
+        encoder_policy.COMPACT_CODER = default_coder
     streams = len(fmt.parse(data).stream_starts)
     return with_ans_streams(data, set(range(0, streams, every)), **options), image
 
