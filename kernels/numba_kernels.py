@@ -390,6 +390,8 @@ def stream_table_checks(data, record, bias, freq, alphabets):
     for ctx in range(ANS_CONTEXTS):
         alphabets[ctx] = 0
     code, biased, precision, length_bits = ans_stream_header(data, source, end)
+    if code == STATUS_OK and (ANS_CONTEXTS << precision) != record[R_SLOT_BYTES]:
+        code = STATUS_BAD_HEADER  # the host sized the block from this byte: never so unless it changed since
     lengths_pos = rows_pos = np.int64(0)
     if code == STATUS_OK:
         pos = source + ANS_HEADER_BYTES
@@ -569,7 +571,12 @@ def decode_compact(data, stream_starts, stream_ends, items, tasks, out, status):
         elif kind == KIND_CODED_EXTENDED:
             code = STATUS_BAD_KIND  # fast mode's
         elif kind == KIND_CODED_ANS:  # start: its table block (ans_stage.py)
-            code = read_signed(data, start + BLOCK_STATUS, 4)
+            if start < 0 or end - start < BLOCK_SLOTS or end > data.size:
+                code = STATUS_BAD_SIZE  # the host's stage tables never give such a block (as compact.cu)
+            else:
+                code = read_signed(data, start + BLOCK_STATUS, 4)
+            if code == STATUS_OK and end - start != BLOCK_SLOTS + (ANS_CONTEXTS << np.int64(data[start + 2])):
+                code = STATUS_BAD_SIZE
             if code == STATUS_OK:
                 block = start
                 precision, biased = np.int64(data[start + 2]), np.int64(data[start + 1]) & 1

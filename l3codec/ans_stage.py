@@ -1,12 +1,12 @@
 """The rANS table stage of a GPU batch (format 10, stream kind 10): stream tables in, stream tables out.
 
-A kind-10 stream (compact v2, docs/compact-v2-draft.md) carries its own table set. Before the decode
+A kind-10 stream (compact v2, docs/FORMAT.md §6.5) carries its own table set. Before the decode
 launches, a kernel of its own (kernels/ans.cu, a warp per stream) reads each such stream's header, bias
 table, table set and row-length table, checks them in the CPU decoder's order, and writes a *table
 block* into a scratch area after the packed batch (after the LZ stage's, when there is one). The stage's
 stream tables point the stream there, so the compact band kernel finds, where the stream's kind byte
 was, a block holding what it needs: where the row streams are, the stage's status, the bias values and
-the slot tables (draft §3). The row streams themselves stay where they are in the batch's data.
+the slot tables (FORMAT.md §6.6). The row streams themselves stay where they are in the batch's data.
 
 Block layout (little-endian, at an 8-byte aligned `target`; a palette's header and colour table, the
 `prefix`, are copied just before it, as lz_stage does, so that open_stream finds the block as the

@@ -83,10 +83,9 @@ def smallest_tiling(planes, header: dict, tile_height: int, *, chosen_width: boo
     files at 256 wide, 0.53x at 512; grey pages of text 1.02x at 256, 0.83x at 512. A colour image
     with some palette or LZ tiles also tries 256 x 64 (a wallpaper 0.80x at 512, 0.75x at 256;
     photographs without them are 0.1-0.2% smaller at 512). Each kept only where smaller, narrower
-    tiles by 1%. compact (whose tall tiles are bands of 32 rows, FORMAT.md §6) takes the tall tiles
-    alike: grey pages of text 1.49x -> 0.85x their PNG files, coloured screens 0.76x -> 0.52x,
-    generated flat graphics 0.62x -> 0.43x, label maps 0.99x -> 0.96x; its 256 x 32 tiles won on no
-    image of the corpus, so compact does not try them (a second coding)."""
+    tiles by 1%. compact's default tiles are already 256 tall (1024 x 256 since format 10: kind 10's
+    per-stream tables pay over the most samples), so for it only a colour image's 256 x 256 tiles are
+    a second coding (format 9, 512-wide: coloured screens 0.76x -> 0.52x their PNG files)."""
     channels, height, width = planes.shape
     tile_width, mode_id = header["tile_width"], header["mode"]
     data, kind_bytes = encode_planes(planes, header, tile_height)

@@ -68,6 +68,10 @@ class RawKernel:
             data, expansions, count, status = args
             result = library.l3emu_expand(grid[0], block[0], shared_mem, order, seed, data.ctypes.data,
                                           expansions.ctypes.data, int(count), status.ctypes.data)
+        elif self.name == cuda_c.ANS_KERNEL:  # the kind-10 table stage
+            data, size, tables, count = args
+            result = library.l3emu_ans_tables(grid[0], block[0], order, seed, data.ctypes.data, int(size),
+                                              tables.ctypes.data, int(count))
         else:
             mode = next(key for key, kernel in cuda_c.KERNELS.items() if kernel.kernel == self.name)
             data, size, starts, ends, items, tasks, count, out, status = args

@@ -261,8 +261,9 @@ def test_a_cuda_test_run_cut_by_the_deadline_is_counted_so_far(tmp_path):
 
 @pytest.mark.emulator
 def test_time_launches_on_the_host_stand_in_decodes_exactly():
-    """The timing loop launches as gpu.launch_packed does: the LZ expansion first, then one decode
-    launch per mode and channel count, each item's status in its launch's slice."""
+    """The timing loop launches as gpu.launch_packed does: the LZ expansion first, then the kind-10 table
+    stage (compact's coded tiles since format 10), then one decode launch per mode and channel count, each
+    item's status in its launch's slice."""
     images = [make_image("labels", 40, 300, 1, np.uint8, 1),
               make_image("smooth_noise", 33, 70, 3, np.uint8, 2),
               make_image("labels", 24, 90, 3, np.uint8, 3)]
@@ -270,8 +271,8 @@ def test_time_launches_on_the_host_stand_in_decodes_exactly():
              l3codec.encode(images[2], mode="compact")]
     timed = gpu_check_kernels.time_launches(gpu_check_kernels.EmulatedDevice(), items, repeat=2)
     names = [launch["name"] for launch in timed["launches"]]
-    assert timed["expansions"] > 0 and names[0] == gpu_check_kernels.EXPANSION
-    assert sorted(names[1:]) == ["decode compact 3 ch", "decode fast 1 ch"]
+    assert timed["expansions"] > 0 and names[:2] == [gpu_check_kernels.EXPANSION, gpu_check_kernels.ANS_TABLES]
+    assert sorted(names[2:]) == ["decode compact 3 ch", "decode fast 1 ch"]
     assert timed["status_codes"] == [0, 0, 0]
     assert timed["samples"] == sum(image.size for image in images)
     for got, image in zip(timed["images"], images):
@@ -308,7 +309,12 @@ def test_the_gpu_steps_run_their_cupy_code_on_a_fake_cupy(tmp_path, monkeypatch)
         else:
             assert "end_to_end_ms" not in row
     labels = [row for row in timings["rows"] if row["frames"] == "labels"]
-    assert all(row["expansions"] and row["expansion_ms"] > 0 for row in labels)
+    # every labels row times a stage before its decode: fast's LZ expansion; compact's label maps are
+    # kind 10 since format 10 (smaller than its LZ streams), so its stage is the kind-10 tables
+    assert all(row["expansion_ms"] > 0 for row in labels)
+    stages = {row["mode"]: [launch["name"] for launch in row["launches"]][0] for row in labels}
+    assert stages == {"fast": gpu_check_kernels.EXPANSION, "compact": gpu_check_kernels.ANS_TABLES}
+    assert all(row["expansions"] for row in labels if row["mode"] == "fast")
     launches = gpu_check_kernels.ncu_workload(check)["launches"]
     decoded = [launch for launch in launches if launch["kernel"] != "l3_expand_lz"]
     assert sum(launch["samples"] for launch in decoded) == 2 * 4 * 64 * 160 * 3  # 4 photos a mode
