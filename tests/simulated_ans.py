@@ -15,6 +15,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 import numpy as np
 from ans_cases import fast_file_with_kind10, fault_files, fuzzed_files, mixed_images
+from corruption import first_cpu_status
 from gpu_cases import crop_regions
 
 import l3codec
@@ -66,6 +67,8 @@ def main():
     results["kind-10 streams"] = [kind10_sorts(data) for data in datas]
     files = fault_files()
     results["fault statuses"] = {name: batch_status(data) for name, (data, _) in files.items()}
+    # the CPU decoder's, in this fresh process (see test_numba_ans)
+    results["cpu fault statuses"] = {name: first_cpu_status(data) for name, (data, _) in files.items()}
     results["fault statuses, tasks reversed"] = {name: batch_status(data, reverse_tasks=True)
                                                  for name, (data, _) in files.items()}
     results["fast file with a kind-10 stream"] = batch_status(fast_file_with_kind10())
