@@ -111,6 +111,7 @@ raw_step = _ans.raw_step
 token_raw_bits = _ans.token_raw_bits
 hybrid_value = _ans.hybrid_value
 sample_of = _ans.sample_of
+predicted = _ans.predicted
 activity = _ans.activity
 bias_context = _ans.bias_context
 row_stream_end = _ans.row_stream_end
@@ -500,7 +501,7 @@ def ans_sample(data, end, x, pos, neighbourhood, bits, block, bias, biased):
     if biased:
         index, sign = bias_context(w, n, nw, bits)
         bias_value = np.int64(bias[index])
-    return ANS_OK, x, pos, sample_of(hybrid_value(token, raw), w, n, nw, bias_value, sign, bits)
+    return ANS_OK, x, pos, sample_of(hybrid_value(token, raw), predicted(w, n, nw, bias_value, sign), bits)
 
 
 @cuda.jit(device=True, inline="always")

@@ -135,18 +135,25 @@ def bias_context(w, n, nw, bits):
 
 @device
 def coded_residual(residual, bias_value, sign, bits):
-    """The zigzagged residual a stream codes: less its gradient context's bias (0 when the plane has none).
-    Per-sample helpers the encoder uses take scalars only: one given an array costs numba's CPU code two
-    atomic reference count updates a call, even inlined (the decoder's drivers are compiled without
+    """The zigzagged residual a stream codes: less its gradient context's bias, sign-folded (0 when the plane
+    has none): zigzag((residual * sign - bias) * sign), which is zigzag(residual - sign * bias) as sign is
+    +-1. Per-sample helpers the encoder uses take scalars only: one given an array costs numba's CPU code
+    two atomic reference count updates a call, even inlined (the decoder's drivers are compiled without
     numba's runtime, so decode_step may take arrays)."""
-    return zigzag((residual * sign - bias_value) * sign, bits)
+    return zigzag(residual - sign * bias_value, bits)
 
 
 @device
-def sample_of(m, w, n, nw, bias_value, sign, bits):
-    """The sample whose coded_residual is m (its inverse, with MED's prediction)."""
-    e = (unzigzag(m) * sign + bias_value) * sign
-    return (med(w, n, nw) + e) & ((np.int64(1) << bits) - 1)
+def predicted(w, n, nw, bias_value, sign):
+    """MED's prediction plus the sign-folded bias: the part of a decoded sample known before its token
+    (the decoder computes it beside the table lookups, off the chain of dependent steps)."""
+    return med(w, n, nw) + sign * bias_value
+
+
+@device
+def sample_of(m, prediction, bits):
+    """The sample whose coded_residual is m, given predicted() (coded_residual's inverse)."""
+    return (prediction + unzigzag(m)) & ((np.int64(1) << bits) - 1)
 
 
 # ---------------------------------------------------------------- tables
@@ -457,6 +464,11 @@ def decode_step(
     up = np.int64(plane[at(y - 1), at(x0 + c)]) if row > 0 else half
     w, n, nw = neighbours(row, c, left, left2, up, upleft, half)
     ctx = context_of_activity[at(activity(w, n, nw, bits))]
+    bias_value, sign = 0, 1
+    if biased:
+        index, sign = bias_context(w, n, nw, bits)
+        bias_value = bias[at(index)]
+    prediction = predicted(w, n, nw, bias_value, sign)
     token = slots[at(ctx), at(x & ((np.int64(1) << precision) - 1))]
     x = slot_step(token, token_info[at(ctx), at(token)], x, precision)
     status = ANS_BAD_TOKEN
@@ -469,11 +481,7 @@ def decode_step(
         if count > 0:
             raw, x = raw_step(x, count)
             x, pos = refill(buf, x, pos, end)
-        bias_value, sign = 0, 1
-        if biased:
-            index, sign = bias_context(w, n, nw, bits)
-            bias_value = bias[at(index)]
-        sample = sample_of(hybrid_value(token, raw), w, n, nw, bias_value, sign, bits)
+        sample = sample_of(hybrid_value(token, raw), prediction, bits)
         plane[at(y), at(x0 + c)] = sample
     return status, x, pos, sample, up
 
