@@ -43,6 +43,7 @@ ANS_CONTEXT_OF_ACTIVITY = np.array(
 GRADIENT_CONTEXTS = 41  # sign-folded q9(N-NW) * 9 + q9(NW-W), as JPEG-LS
 GRADIENT_EDGES = (3, 7, 21)  # 8-bit; scaled by 2^(bits-8)
 TABLE_GROUP_ROWS = 256  # rows of a plane that share one set of tables
+SIGNED_BIAS_ENTRIES = 2 * GRADIENT_CONTEXTS - 1  # the CPU decoder's bias by signed gradient context -40..40
 
 ANS_OK = 0
 ANS_BAD_STATE = 1
@@ -124,6 +125,36 @@ def gradient_step(g, bits):
 def gradient_context(w, n, nw, bits):
     """Signed gradient context -40..40; its magnitude picks the bias, its sign flips it."""
     return gradient_step(n - nw, bits) * 9 + gradient_step(nw - w, bits)
+
+
+# gradient_step at 8 bits of a difference clamped to +-GRADIENT_EDGES[-1], where it saturates
+GRADIENT_STEPS_8 = np.array(
+    [gradient_step(np.int64(d), 8) for d in range(-GRADIENT_EDGES[-1], GRADIENT_EDGES[-1] + 1)], np.int64
+)
+
+
+@device
+def signed_gradient_index(w, n, nw, bits):
+    """gradient_context + GRADIENT_CONTEXTS - 1 (0..80): where a sample's bias is in a signed bias table
+    (signed_bias_table). At 8 bits two lookups in GRADIENT_STEPS_8: a fifth of gradient_context's
+    instructions, which are a large part of a biased sample's decoding."""
+    if bits == 8:
+        edge = GRADIENT_EDGES[-1]
+        return (GRADIENT_STEPS_8[at(min(max(n - nw, -edge), edge) + edge)] * 9
+                + GRADIENT_STEPS_8[at(min(max(nw - w, -edge), edge) + edge)] + GRADIENT_CONTEXTS - 1)
+    return gradient_context(w, n, nw, bits) + GRADIENT_CONTEXTS - 1
+
+
+@device
+def signed_bias_table(bias):
+    """Expand bias[0 .. GRADIENT_CONTEXTS - 1] in place (bias holds SIGNED_BIAS_ENTRIES) into the bias of each
+    signed gradient context g: bias[g + GRADIENT_CONTEXTS - 1] = sign(g) * bias[|g|], as bias_context
+    gives it."""
+    middle = GRADIENT_CONTEXTS - 1
+    for i in range(middle, -1, -1):
+        bias[middle + i] = bias[i]
+    for i in range(1, GRADIENT_CONTEXTS):
+        bias[middle - i] = -bias[middle + i]
 
 
 @device
@@ -464,11 +495,9 @@ def decode_step(
     up = np.int64(plane[at(y - 1), at(x0 + c)]) if row > 0 else half
     w, n, nw = neighbours(row, c, left, left2, up, upleft, half)
     ctx = context_of_activity[at(activity(w, n, nw, bits))]
-    bias_value, sign = 0, 1
+    prediction = med(w, n, nw)
     if biased:
-        index, sign = bias_context(w, n, nw, bits)
-        bias_value = bias[at(index)]
-    prediction = predicted(w, n, nw, bias_value, sign)
+        prediction += bias[at(signed_gradient_index(w, n, nw, bits))]
     token = slots[at(ctx), at(x & ((np.int64(1) << precision) - 1))]
     x = slot_step(token, token_info[at(ctx), at(token)], x, precision)
     status = ANS_BAD_TOKEN

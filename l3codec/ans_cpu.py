@@ -424,6 +424,14 @@ def _decode_rows_with(
     return ANS_OK if pos == streams.shape[0] else ans.ANS_ENDS_LATE
 
 
+def signed_bias(bias):
+    """A plane's GRADIENT_CONTEXTS bias values as the decoder takes them (ans.signed_bias_table)."""
+    table = np.zeros(ans.SIGNED_BIAS_ENTRIES, np.int64)
+    table[:GRADIENT_CONTEXTS] = bias
+    _dev.signed_bias_table(table)
+    return table
+
+
 def decode_status(coded: CodedPlane) -> tuple[np.ndarray, int]:
     """(plane, status): the decoded plane and ans.ANS_OK, or the first damage found (the plane then holds
     what was decoded before it)."""
@@ -455,7 +463,7 @@ def decode_status(coded: CodedPlane) -> tuple[np.ndarray, int]:
         slots,
         token_info,
         coded.precision,
-        np.asarray(coded.bias, np.int64),
+        signed_bias(coded.bias),
         coded.biased,
         plane,
     )
@@ -520,7 +528,7 @@ def encode_stream(plane: np.ndarray, precision: int = ANS_REFERENCE_PRECISION, b
 def stream_scratch():
     """The decoder's tables for one kind-10 stream at a time: (bias, freq, alphabets, slots, token_info)."""
     return (
-        np.zeros(GRADIENT_CONTEXTS, np.int64),
+        np.zeros(ans.SIGNED_BIAS_ENTRIES, np.int64),
         np.zeros((ANS_CONTEXTS, MAX_TOKENS), np.int64),
         np.zeros(ANS_CONTEXTS, np.int64),
         np.zeros((ANS_CONTEXTS, 1 << ans.ANS_MAX_PRECISION), np.uint8),

@@ -30,6 +30,7 @@ from .ans import (
     ANS_MIN_PRECISION,
     ANS_OK,
     GRADIENT_CONTEXTS,
+    SIGNED_BIAS_ENTRIES,
     build_slot_table,
     cumulative_table,
     decode_row,
@@ -38,6 +39,7 @@ from .ans import (
     quantise_counts,
     read_tables,
     row_symbols,
+    signed_bias_table,
     token_count,
     write_tables,
 )
@@ -107,7 +109,7 @@ def read_bias_table(buf, pos, end, bits, bias):
 @device
 def ans_stream_tables(buf, start, end, bits, bias, freq, alphabets, slots, token_info):
     """The table stage: header, bias table and table set of the kind-10 stream buf[start:end] into the
-    decoder's tables (bias: GRADIENT_CONTEXTS, all 0 when unbiased; freq: ANS_CONTEXTS x ANS_MAX_TOKENS;
+    decoder's tables (bias: SIGNED_BIAS_ENTRIES, ans.signed_bias_table's, all 0 when unbiased; freq: ANS_CONTEXTS x ANS_MAX_TOKENS;
     slots: ANS_CONTEXTS x 2^ANS_MAX_PRECISION; token_info: ANS_CONTEXTS x NO_TOKEN + 1). Returns (status,
     biased, precision, row-length bits, byte position of the row-length table)."""
     if buf[start] != KIND_CODED_ANS:
@@ -116,12 +118,13 @@ def ans_stream_tables(buf, start, end, bits, bias, freq, alphabets, slots, token
     if status != STATUS_OK:
         return status, 0, 0, 0, 0
     pos = start + ANS_HEADER_BYTES
-    for i in range(GRADIENT_CONTEXTS):
+    for i in range(SIGNED_BIAS_ENTRIES):
         bias[i] = 0
     if biased:
         pos = read_bias_table(buf, pos, end, bits, bias)
         if pos < 0:
             return ANS_TABLE_FAULT_STATUS, 0, 0, 0, 0
+        signed_bias_table(bias)
     table_status, bit_pos = read_tables(buf, pos * 8, end * 8, bits, precision, freq, alphabets)
     if table_status == ANS_OK:
         table_status = build_slot_table(freq, alphabets, precision, bits, slots, token_info)

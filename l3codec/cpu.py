@@ -130,7 +130,7 @@ encode_ans_tile_stream = ans_cpu.encode_tile_stream
 decode_ans_stream = ans_cpu.decode_stream_into
 _ANS_CONTEXTS = ans_cpu.ANS_CONTEXTS
 _ANS_MAX_TOKENS = ans_cpu.MAX_TOKENS
-_ANS_GRADIENT_CONTEXTS = ans_cpu.GRADIENT_CONTEXTS
+_ANS_SIGNED_BIAS_ENTRIES = ans_cpu.ans.SIGNED_BIAS_ENTRIES
 _ANS_SLOTS = 1 << ans_cpu.ans.ANS_MAX_PRECISION
 _ANS_TOKEN_INFO = ans_cpu.ans.NO_TOKEN + 1
 
@@ -442,7 +442,7 @@ def _expand_palette(buf, start, colours, planes, stream, grid, bits):
 @_cached
 def _decode_compact_streams(buf, starts, ends, stream_ids, planes, grid, bits, status, first, stop):
     # kind 10's tables, rebuilt for each of its streams
-    bias = np.zeros(_ANS_GRADIENT_CONTEXTS, np.int64)
+    bias = np.zeros(_ANS_SIGNED_BIAS_ENTRIES, np.int64)
     freq = np.zeros((_ANS_CONTEXTS, _ANS_MAX_TOKENS), np.int64)
     alphabets = np.zeros(_ANS_CONTEXTS, np.int64)
     slots = np.zeros((_ANS_CONTEXTS, _ANS_SLOTS), np.uint8)

@@ -360,7 +360,7 @@ def reference_decode(coded):
                     coded.bits,
                     *slots[y // ans.TABLE_GROUP_ROWS],
                     coded.precision,
-                    coded.bias,
+                    ans_cpu.signed_bias(coded.bias),
                     coded.biased,
                     ans.ANS_CONTEXT_OF_ACTIVITY,
                 )
