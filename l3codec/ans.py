@@ -478,6 +478,7 @@ def decode_step(
     pos,
     left,
     left2,
+    up,
     upleft,
     bits,
     slots,
@@ -488,12 +489,10 @@ def decode_step(
     context_of_activity,
 ):
     """Decode plane[y, x0 + c] from its row stream's state x and word position pos: (status, state,
-    position, sample, N). left, left2, upleft: the row's samples at c - 1 and c - 2 and N at c - 1, which
-    the caller carries in locals as a GPU lane does; only N is read back from the plane."""
+    position, sample). left, left2: the row's samples at c - 1 and c - 2; up, upleft: N at c and c - 1
+    (row_above's), which the caller carries in locals as a GPU lane does."""
     half = np.int64(1) << (bits - 1)
-    row = y % COMPACT_BAND_ROWS
-    up = np.int64(plane[at(y - 1), at(x0 + c)]) if row > 0 else half
-    w, n, nw = neighbours(row, c, left, left2, up, upleft, half)
+    w, n, nw = neighbours(y % COMPACT_BAND_ROWS, c, left, left2, up, upleft, half)
     ctx = context_of_activity[at(activity(w, n, nw, bits))]
     prediction = med(w, n, nw)
     if biased:
@@ -512,7 +511,13 @@ def decode_step(
             x, pos = refill(buf, x, pos, end)
         sample = sample_of(hybrid_value(token, raw), prediction, bits)
         plane[at(y), at(x0 + c)] = sample
-    return status, x, pos, sample, up
+    return status, x, pos, sample
+
+
+@device
+def row_above(plane, y, x0, c, half):
+    """N of plane[y, x0 + c] (half in a band's first row)."""
+    return np.int64(plane[at(y - 1), at(x0 + c)]) if y % COMPACT_BAND_ROWS > 0 else half
 
 
 @device
@@ -523,9 +528,11 @@ def decode_row(
     """Decode the row stream buf[start:end] into plane[y, x0:x0 + width] (rows above of its band already
     decoded). Returns a status; an undecodable row leaves its later samples as they were."""
     status, x, pos = open_row_stream(buf, start, end)
-    left = left2 = upleft = np.int64(1) << (bits - 1)
+    half = np.int64(1) << (bits - 1)
+    left = left2 = upleft = half
     for c in range(width if status == ANS_OK else 0):
-        status, x, pos, sample, up = decode_step(
+        up = row_above(plane, y, x0, c, half)
+        status, x, pos, sample = decode_step(
             buf,
             end,
             plane,
@@ -536,6 +543,7 @@ def decode_row(
             pos,
             left,
             left2,
+            up,
             upleft,
             bits,
             slots,
@@ -565,10 +573,13 @@ def decode_row_pair(
     row by row finds."""
     status_a, state_a, pos_a = open_row_stream(buf, start, middle)
     status_b, state_b, pos_b = open_row_stream(buf, middle, end)
-    left_a = left2_a = upleft_a = left_b = left2_b = upleft_b = np.int64(1) << (bits - 1)
+    half = np.int64(1) << (bits - 1)
+    left_a = left2_a = upleft_a = left_b = left2_b = upleft_b = half
     for c in range(width + 1):
+        above = left_a  # row y's sample at c - 1, row y + 1's N there: from a register, not the plane
         if status_a == ANS_OK and c < width:
-            status_a, state_a, pos_a, sample, up = decode_step(
+            up = row_above(plane, y, x0, c, half)
+            status_a, state_a, pos_a, sample = decode_step(
                 buf,
                 middle,
                 plane,
@@ -579,6 +590,7 @@ def decode_row_pair(
                 pos_a,
                 left_a,
                 left2_a,
+                up,
                 upleft_a,
                 bits,
                 slots,
@@ -590,7 +602,7 @@ def decode_row_pair(
             )
             left2_a, left_a, upleft_a = left_a, sample, up
         if status_b == ANS_OK and c > 0:
-            status_b, state_b, pos_b, sample, up = decode_step(
+            status_b, state_b, pos_b, sample = decode_step(
                 buf,
                 end,
                 plane,
@@ -601,6 +613,7 @@ def decode_row_pair(
                 pos_b,
                 left_b,
                 left2_b,
+                above,
                 upleft_b,
                 bits,
                 slots,
@@ -610,7 +623,7 @@ def decode_row_pair(
                 biased,
                 context_of_activity,
             )
-            left2_b, left_b, upleft_b = left_b, sample, up
+            left2_b, left_b, upleft_b = left_b, sample, above
     if status_a == ANS_OK:
         status_a = row_stream_end(state_a, pos_a, middle)
     if status_a != ANS_OK:
