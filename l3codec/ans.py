@@ -472,6 +472,7 @@ def decode_step(
     end,
     plane,
     y,
+    band_row,
     x0,
     c,
     x,
@@ -488,11 +489,11 @@ def decode_step(
     biased,
     context_of_activity,
 ):
-    """Decode plane[y, x0 + c] from its row stream's state x and word position pos: (status, state,
-    position, sample). left, left2: the row's samples at c - 1 and c - 2; up, upleft: N at c and c - 1
-    (row_above's), which the caller carries in locals as a GPU lane does."""
+    """Decode plane[y, x0 + c] (band_row: y's row in its band) from its row stream's state x and word
+    position pos: (status, state, position, sample). left, left2: the row's samples at c - 1 and c - 2; up,
+    upleft: N at c and c - 1 (row_above's), which the caller carries in locals as a GPU lane does."""
     half = np.int64(1) << (bits - 1)
-    w, n, nw = neighbours(y % COMPACT_BAND_ROWS, c, left, left2, up, upleft, half)
+    w, n, nw = neighbours(band_row, c, left, left2, up, upleft, half)
     ctx = context_of_activity[at(activity(w, n, nw, bits))]
     prediction = med(w, n, nw)
     if biased:
@@ -537,6 +538,7 @@ def decode_row(
             end,
             plane,
             y,
+            y % COMPACT_BAND_ROWS,
             x0,
             c,
             x,
@@ -569,8 +571,8 @@ def decode_row_pair(
     """decode_row of rows y (stream buf[start:middle]) and y + 1 (buf[middle:end]) of one band, row y + 1 a
     sample behind row y as neighbouring lanes of the GPU wavefront are: two independent chains of dependent
     steps (context, slot load, multiply, refill, prediction) that one CPU core overlaps (1.3-1.5x; four
-    rows measured slower: too few registers). Returns the first bad status in row order, the one decode_row
-    row by row finds."""
+    rows measured slower, three no faster: too few registers). Returns the first bad status in row order,
+    the one decode_row row by row finds."""
     status_a, state_a, pos_a = open_row_stream(buf, start, middle)
     status_b, state_b, pos_b = open_row_stream(buf, middle, end)
     half = np.int64(1) << (bits - 1)
@@ -584,6 +586,7 @@ def decode_row_pair(
                 middle,
                 plane,
                 y,
+                y % COMPACT_BAND_ROWS,
                 x0,
                 c,
                 state_a,
@@ -607,6 +610,7 @@ def decode_row_pair(
                 end,
                 plane,
                 y + 1,
+                1,  # never a band's first row: its edge rules fold away (and left2_b with them)
                 x0,
                 c - 1,
                 state_b,
