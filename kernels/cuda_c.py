@@ -484,16 +484,18 @@ def nvrtc_compile(filename: str, arch: str, extra_options=()) -> tuple:
         check(nvrtc.nvrtcCompileProgram(prog, len(options), [o.encode() for o in options]), "compile", prog)
         log = _program_log(nvrtc, prog)
         _, size = check(nvrtc.nvrtcGetCUBINSize(prog), "cubin size")
-        cubin = b" " * size
+        cubin = bytearray(size)  # NVRTC writes into it: never a bytes object (see _program_log)
         check(nvrtc.nvrtcGetCUBIN(prog, cubin), "cubin")
-        return cubin, log
+        return bytes(cubin), log
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
 
 
 def _program_log(nvrtc, prog) -> str:
     _, size = nvrtc.nvrtcGetProgramLogSize(prog)
-    log = b" " * size
+    # a bytearray: NVRTC writes through the pointer it is given, and an empty log is 1 byte, where
+    # b" " * 1 is CPython's shared b" ": written over, bytes([32]) read b"\0" for the rest of the process
+    log = bytearray(size)
     nvrtc.nvrtcGetProgramLog(prog, log)
     return log.decode(errors="replace").rstrip("\0 ")
 

@@ -7,7 +7,10 @@ tests/test_cuda_c_ans.py's, with batches mixing both."""
 
 from __future__ import annotations
 
+import pathlib
 import re
+import subprocess
+import sys
 from typing import ClassVar
 
 import numpy as np
@@ -621,6 +624,43 @@ def test_nvrtc_resources(arch):
         assert figures["stack_frame"] == 0, (name, summary)
         assert figures["registers"] <= cuda_c.REGISTER_BUDGET, (name, summary)
         assert figures["shared"] == 0, (name, summary)  # dynamic shared memory only
+
+
+# An NVRTC compile with an empty log, then what test_numba_ans checks: ans_cases' "row-length bits 32" fault
+# (byte 3 set with bytes([32])) and its header status, by ans_stream's plain Python (nothing to compile)
+NVRTC_THEN_A_FAULT = """
+import pathlib, sys
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+import ans_cases
+from l3codec import ans_stream
+from l3codec.kernels import cuda_c
+
+cuda_c.KERNEL_DIR = pathlib.Path(sys.argv[2])
+cubin, log = cuda_c.nvrtc_compile("empty_log.cu", "sm_80")
+assert cubin[:4] == b"\\x7fELF" and log == "", log
+stream = ans_cases.edited(bytes([10, 0, 11, 8]) + bytes(60), 3, 32)
+status = ans_stream.ans_stream_header(np.frombuffer(stream, np.uint8), 0, len(stream))[0]
+print(bytes([32]).hex(), stream[3], status)
+"""
+
+
+@pytest.mark.compile
+@pytest.mark.processes
+def test_an_nvrtc_compile_leaves_the_processs_bytes_objects_alone(tmp_path):
+    """NVRTC writes its log and cubin where it is told: into a bytes object once, and an empty log is
+    one byte, b" " * 1 being CPython's shared b" ". Every later bytes([32]) in the process read b"\\0":
+    in the full suite (test_kernel_layout's NVRTC test first), test_numba_ans's "row-length bits 32"
+    fault was written with L = 0 and decoded to BAD_SIZE, not BAD_HEADER. In a subprocess, to keep this
+    process sound whatever happens."""
+    pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-bindings (NVRTC) is not installed")
+    kernel = 'extern "C" __global__ void probe(int* out) { out[threadIdx.x] = 1; }\n'
+    (tmp_path / "empty_log.cu").write_text(kernel)
+    tests = pathlib.Path(__file__).parent
+    done = subprocess.run([sys.executable, "-c", NVRTC_THEN_A_FAULT, str(tests), str(tmp_path)],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["20", "32", str(fmt.STATUS_BAD_HEADER)]
 
 
 # ---------------------------------------------------------------- the CuPy host path, against a fake CuPy
