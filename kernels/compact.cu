@@ -422,9 +422,10 @@ L3_DEVICE void decode_compact_tile(const unsigned char* __restrict__ data, long 
                         const int mapped = ans_decode_symbol(ans_row, ans_block, slots, ctx, precision);
                         if (mapped < 0) lane_status = ANS_ROW_STATUS;
                         int e = unzigzag(mapped);
-                        if (biased) {  // ans.predicted: plus its gradient context's bias, sign-folded
+                        if (biased) {  // ans.predicted's bias, sign-folded (e + sign * bias spilled at sm_80)
                             const int g = ans_gradient_step<BITS>(n_ - nw_) * 9 + ans_gradient_step<BITS>(nw_ - w_);
-                            e += g < 0 ? -bias[-g] : bias[g];
+                            const int sign = g < 0 ? -1 : 1;
+                            e = (e * sign + bias[g < 0 ? -g : g]) * sign;
                         }
                         x = (med(w_, n_, nw_) + e) & ((1 << BITS) - 1);
                     }
