@@ -101,7 +101,8 @@ def hybrid_value(token, raw):
 def activity(w, n, nw, bits):
     """|W-NW| + |N-NW| scaled to 8 bits and capped at the last edge: an index into ANS_CONTEXT_OF_ACTIVITY,
     which the row functions take as an argument (a helper reading a global array costs numba's CPU code
-    reference counts per sample, see coded_residual)."""
+    reference counts per sample, see coded_residual; signed_gradient_index may, as only the decoder,
+    compiled without numba's runtime, calls it)."""
     return min((abs(w - nw) + abs(n - nw)) >> (bits - 8), ACTIVITY_EDGES[-1])
 
 
@@ -176,8 +177,9 @@ def coded_residual(residual, bias_value, sign, bits):
 
 @device
 def predicted(w, n, nw, bias_value, sign):
-    """MED's prediction plus the sign-folded bias: the part of a decoded sample known before its token
-    (the decoder computes it beside the table lookups, off the chain of dependent steps)."""
+    """MED's prediction plus the sign-folded bias: the part of a decoded sample known before its token, so
+    computed beside the table lookups, off the chain of dependent steps (the Numba kernel's; the CPU's
+    decode_step adds the same bias from its signed table)."""
     return med(w, n, nw) + sign * bias_value
 
 

@@ -109,9 +109,10 @@ def read_bias_table(buf, pos, end, bits, bias):
 @device
 def ans_stream_tables(buf, start, end, bits, bias, freq, alphabets, slots, token_info):
     """The table stage: header, bias table and table set of the kind-10 stream buf[start:end] into the
-    decoder's tables (bias: SIGNED_BIAS_ENTRIES, ans.signed_bias_table's, all 0 when unbiased; freq: ANS_CONTEXTS x ANS_MAX_TOKENS;
-    slots: ANS_CONTEXTS x 2^ANS_MAX_PRECISION; token_info: ANS_CONTEXTS x NO_TOKEN + 1). Returns (status,
-    biased, precision, row-length bits, byte position of the row-length table)."""
+    decoder's tables (bias: SIGNED_BIAS_ENTRIES, as ans.signed_bias_table expands it, all 0 when unbiased;
+    freq: ANS_CONTEXTS x ANS_MAX_TOKENS; slots: ANS_CONTEXTS x 2^ANS_MAX_PRECISION; token_info: ANS_CONTEXTS
+    x NO_TOKEN + 1). Returns (status, biased, precision, row-length bits, byte position of the row-length
+    table)."""
     if buf[start] != KIND_CODED_ANS:
         return STATUS_BAD_KIND, 0, 0, 0, 0
     status, biased, precision, length_bits = ans_stream_header(buf, start, end)

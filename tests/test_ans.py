@@ -271,7 +271,7 @@ def test_a_context_without_tokens_is_a_bad_token():
         slots,
         token_info,
         12,
-        np.zeros(41, np.int64),
+        np.zeros(ans.SIGNED_BIAS_ENTRIES, np.int64),
         False,
         ans.ANS_CONTEXT_OF_ACTIVITY,
     )
