@@ -101,8 +101,8 @@ def hybrid_value(token, raw):
 def activity(w, n, nw, bits):
     """|W-NW| + |N-NW| scaled to 8 bits and capped at the last edge: an index into ANS_CONTEXT_OF_ACTIVITY,
     which the row functions take as an argument (a helper reading a global array costs numba's CPU code
-    reference counts per sample, see coded_residual; signed_gradient_index may, as only the decoder,
-    compiled without numba's runtime, calls it)."""
+    reference counts per sample, see coded_residual; signed_gradient_index reads one, as only the decoder
+    calls it, compiled without numba's runtime)."""
     return min((abs(w - nw) + abs(n - nw)) >> (bits - 8), ACTIVITY_EDGES[-1])
 
 
