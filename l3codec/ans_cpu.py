@@ -398,7 +398,6 @@ def _decode_rows_with(
                         precision,
                         bias,
                         biased,
-                        ANS_CONTEXT_OF_ACTIVITY,
                     )
                 else:
                     end = middle
@@ -416,7 +415,6 @@ def _decode_rows_with(
                         precision,
                         bias,
                         biased,
-                        ANS_CONTEXT_OF_ACTIVITY,
                     )
                 if status != ANS_OK:
                     return status

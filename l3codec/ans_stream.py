@@ -163,14 +163,14 @@ def decode_ans_rows(buf, length_table, pos, end, tile, bits, biased, precision, 
             stop = middle + ans_row_length(buf, length_table, length_bits, y + 1)
             if stop > end:
                 status = decode_row(buf, pos, middle, tile, y, 0, width, bits, slots, token_info, precision,
-                                    bias, biased, ANS_CONTEXT_OF_ACTIVITY)
+                                    bias, biased)
                 return ANS_ROW_FAULT_STATUS if status != ANS_OK else STATUS_BAD_SIZE
             status = decode_row_pair(buf, pos, middle, stop, tile, y, 0, width, bits, slots, token_info,
-                                     precision, bias, biased, ANS_CONTEXT_OF_ACTIVITY)
+                                     precision, bias, biased)
         else:
             stop = middle
             status = decode_row(buf, pos, middle, tile, y, 0, width, bits, slots, token_info, precision, bias,
-                                biased, ANS_CONTEXT_OF_ACTIVITY)
+                                biased)
         if status != ANS_OK:
             return ANS_ROW_FAULT_STATUS
         pos = stop

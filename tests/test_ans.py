@@ -113,6 +113,22 @@ def test_activity_contexts_are_the_bins_of_the_edges(bits):
         assert context == np.searchsorted(edges, a, side="right") and context < ans.ANS_CONTEXTS
 
 
+@pytest.mark.parametrize("bits", BITS)
+def test_the_decoders_context_and_bias_lookups_are_the_encoders_at_every_difference(bits):
+    """decoder_context (uncapped activity) and signed_gradient_index (8 bits: tables of every difference)
+    against activity + ANS_CONTEXT_OF_ACTIVITY and gradient_context, at the extremes and at random."""
+    top = (1 << bits) - 1
+    edges = [0, 1, 2, top - 1, top] + [e << (bits - 8) for e in (*ans.ACTIVITY_EDGES, *ans.GRADIENT_EDGES)]
+    edges += [e - 1 for e in edges if e > 0] + [e + 1 for e in edges if e < top]
+    rng = np.random.default_rng(bits)
+    triples = [(w, n, nw) for w in edges for n in edges for nw in (0, top, top // 2)]
+    triples += [tuple(int(v) for v in t) for t in rng.integers(0, top + 1, (3000, 3))]
+    for w, n, nw in triples:
+        assert ans.decoder_context(w, n, nw, bits) == ans.ANS_CONTEXT_OF_ACTIVITY[ans.activity(w, n, nw, bits)]
+        index = ans.signed_gradient_index(w, n, nw, bits)
+        assert index == ans.gradient_context(w, n, nw, bits) + ans.GRADIENT_CONTEXTS - 1
+
+
 @given(
     st.lists(st.integers(0, 10**6), min_size=1, max_size=ans_cpu.MAX_TOKENS),
     st.integers(ans.ANS_MIN_PRECISION, ans.ANS_MAX_PRECISION),
@@ -273,7 +289,6 @@ def test_a_context_without_tokens_is_a_bad_token():
         12,
         np.zeros(ans.SIGNED_BIAS_ENTRIES, np.int64),
         False,
-        ans.ANS_CONTEXT_OF_ACTIVITY,
     )
     assert status == ans.ANS_BAD_TOKEN
     assert list(plane[0, :2]) == [128, 129]
@@ -362,7 +377,6 @@ def reference_decode(coded):
                     coded.precision,
                     ans_cpu.signed_bias(coded.bias),
                     coded.biased,
-                    ans.ANS_CONTEXT_OF_ACTIVITY,
                 )
                 if status != ans.ANS_OK:
                     return status
@@ -423,12 +437,10 @@ def test_the_row_decoder_type_checks_for_the_gpu_without_spills():
         [bitio, compact, ans], cuda.jit(device=True, inline="always")
     ).decode_row
 
-    def decode_rows(buf, starts, ends, plane, width, slots, token_info, bias, biased, contexts, status):
+    def decode_rows(buf, starts, ends, plane, width, slots, token_info, bias, biased, status):
         y = cuda.grid(1)
         if y < plane.shape[0]:
-            status[y] = decode_row(
-                buf, starts[y], ends[y], plane, y, 0, width, 8, slots, token_info, 11, bias, biased, contexts
-            )
+            status[y] = decode_row(buf, starts[y], ends[y], plane, y, 0, width, 8, slots, token_info, 11, bias, biased)
 
     signature = (
         types.uint8[::1],
@@ -440,7 +452,6 @@ def test_the_row_decoder_type_checks_for_the_gpu_without_spills():
         types.int32[:, ::1],
         types.int64[::1],
         types.boolean,
-        types.int32[::1],
         types.int64[::1],
     )
     ptx, _ = cuda.compile_ptx(decode_rows, signature, cc=(9, 0))

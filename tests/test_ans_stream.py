@@ -107,7 +107,7 @@ def test_rows_are_the_row_streams_of_ans_row_coder():
     assert status == fmt.STATUS_OK
     row = np.zeros((1, 100), np.uint8)
     assert ans.decode_row(buf, rows, rows + lengths[0], row, 0, 0, 100, 8, slots, token_info, precision, bias,
-                          False, ans.ANS_CONTEXT_OF_ACTIVITY) == ans.ANS_OK
+                          False) == ans.ANS_OK
     np.testing.assert_array_equal(row[0], tile[0])
 
 
