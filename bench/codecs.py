@@ -361,10 +361,11 @@ def fmt(x, spec: str) -> str:
 
 
 def markdown_table(rows: list[dict]) -> str:
+    many = ALL_THREADS > 1  # one thread (a run under taskset -c 0): no all-thread columns
     head = ("| codec | images ok | total bytes | bpp | size vs PNG | size vs source files | "
-            "enc MP/s 1T | dec MP/s 1T | "
-            f"enc MP/s {ALL_THREADS}T | dec MP/s {ALL_THREADS}T |")
-    lines = [head, "|" + "---|" * 10]
+            "enc MP/s 1T | dec MP/s 1T |")
+    head += f" enc MP/s {ALL_THREADS}T | dec MP/s {ALL_THREADS}T |" if many else ""
+    lines = [head, "|" + "---|" * (10 if many else 8)]
     for r in rows:
         count = f"{r['ok']}/{r['images']}"
         if r["n/a"]:
@@ -374,8 +375,8 @@ def markdown_table(rows: list[dict]) -> str:
         lines.append(
             f"| {r['codec']} | {count} | {fmt(r.get('bytes'), ',')} | "
             f"{fmt(r.get('bpp'), '.2f')} | {fmt(r.get('vs_png'), '.3f')} | {fmt(r.get('vs_source'), '.3f')} | "
-            f"{fmt(r.get('enc_mps'), '.1f')} | {fmt(r.get('dec_mps'), '.1f')} | "
-            f"{fmt(r.get('enc_mps_all'), '.1f')} | {fmt(r.get('dec_mps_all'), '.1f')} |")
+            f"{fmt(r.get('enc_mps'), '.1f')} | {fmt(r.get('dec_mps'), '.1f')} |"
+            + (f" {fmt(r.get('enc_mps_all'), '.1f')} | {fmt(r.get('dec_mps_all'), '.1f')} |" * many))
     failures = [f"- {r['codec']}: " + ", ".join(r["failed"]) for r in rows if r["failed"]]
     if failures:
         lines += ["", "Not lossless or crashed (left out of that codec's totals):", *failures]

@@ -124,7 +124,8 @@ def test_the_decoders_context_and_bias_lookups_are_the_encoders_at_every_differe
     triples = [(w, n, nw) for w in edges for n in edges for nw in (0, top, top // 2)]
     triples += [tuple(int(v) for v in t) for t in rng.integers(0, top + 1, (3000, 3))]
     for w, n, nw in triples:
-        assert ans.decoder_context(w, n, nw, bits) == ans.ANS_CONTEXT_OF_ACTIVITY[ans.activity(w, n, nw, bits)]
+        context = ans.ANS_CONTEXT_OF_ACTIVITY[ans.activity(w, n, nw, bits)]
+        assert ans.decoder_context(w, n, nw, bits) == context
         index = ans.signed_gradient_index(w, n, nw, bits)
         assert index == ans.gradient_context(w, n, nw, bits) + ans.GRADIENT_CONTEXTS - 1
 
@@ -440,7 +441,9 @@ def test_the_row_decoder_type_checks_for_the_gpu_without_spills():
     def decode_rows(buf, starts, ends, plane, width, slots, token_info, bias, biased, status):
         y = cuda.grid(1)
         if y < plane.shape[0]:
-            status[y] = decode_row(buf, starts[y], ends[y], plane, y, 0, width, 8, slots, token_info, 11, bias, biased)
+            status[y] = decode_row(
+                buf, starts[y], ends[y], plane, y, 0, width, 8, slots, token_info, 11, bias, biased
+            )
 
     signature = (
         types.uint8[::1],
