@@ -446,8 +446,9 @@ def write_markdown(path: Path, info: dict, sections: list[tuple[str, list[dict]]
         f"\"size vs PNG\" = codec total / {REFERENCE} total over the same images (a re-encode); "
         "\"size vs source files\" = codec total / the PNG files' own bytes, as the user has them. "
         "\"1T\" = one thread (Numba, OpenCV, libjxl set to 1); "
-        f"\"{ALL_THREADS}T\" = all {ALL_THREADS} Numba threads, given only for codecs with "
-        "their own thread pool. L3 decode keeps its default payload checksum "
+        + (f"\"{ALL_THREADS}T\" = all {ALL_THREADS} Numba threads, given only for codecs with "
+           "their own thread pool. " if ALL_THREADS > 1 else "")
+        + "L3 decode keeps its default payload checksum "
         "(verify=True). \"n/a\" = the codec cannot store that image "
         "(WebP and QOI: 8-bit RGB/RGBA only; JPEG-LS here: 1 or 3 channels; libspng: no 16-bit grey output); such images "
         "are left out of that codec's totals. Every round trip is checked for exact "
