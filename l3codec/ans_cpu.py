@@ -547,7 +547,7 @@ def specialised_rows(buf, length_table, pos, end, tile, bits, biased, precision,
     """ans_stream.decode_ans_rows with the sample width and the bias flag constants, so that the shifts and
     masks fold and the bias branch goes. Compiled, the width is the tile's dtype's (the overload below): a
     uint8 tile compiles only the 8-bit rows, which halves the decoder's first-use compile (decode_stream_into
-    60 -> 25 s on one core). Uncompiled, the plain call."""
+    60 -> 30 s on one core). Uncompiled, the plain call."""
     return decode_ans_rows(buf, length_table, pos, end, tile, bits, biased, precision, length_bits, bias, slots,
                            token_info)
 
